@@ -1,0 +1,36 @@
+# Two commands: `make lab` (open the notebooks) and `make test` (the whole suite).
+# Both create and reuse a local virtual environment in .venv.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: lab test test-fast browser-test execute clean
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+lab: $(VENV)/.installed
+	$(VENV)/bin/jupyter lab notebooks/
+
+# pytest over tests/ and nbval over every notebook, in quick mode (ATTNRES_QUICK=1).
+test: $(VENV)/.installed
+	ATTNRES_QUICK=1 $(PY) -m pytest --nbval --nbval-current-env \
+		--nbval-sanitize-with tests/nbval_sanitize.cfg tests notebooks
+
+# The package tests alone, without notebooks or the browser.
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -m "not browser" tests
+
+# The real-browser test of the explorer (needs Debian's chromium: apt-get install chromium).
+browser-test: $(VENV)/.installed
+	$(PY) -m pytest -m browser tests -v
+
+# Execute every notebook headless, in place (full mode unless ATTNRES_QUICK=1 is set).
+execute: $(VENV)/.installed
+	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,208 @@
+"""Attention resolution R(s) and its estimator (Sun et al. 2022, §3.1 Eq. 3 and §4.3 Eq. 11).
+
+    R(s) = Σ_i e^{s[i]} (e^{s[i]} − e^{s[i+1]}) / (Σ_i e^{s[i]})²
+
+With p = softmax(s) this is R = Σ_i p_i (p_i − p_{i+1}), so it is computed from a
+max-shifted softmax and never overflows. The paper's sums run to N and use s[N+1],
+which it never defines; we name two conventions:
+
+- ``"zero"``: e^{s} past the last distance is 0, so the last term is p_{N-1}² in full
+  (R = Σ p_i² − Σ p_i p_{i+1}). A flat profile gives 1/N².
+- ``"drop"``: the last term is left out of the numerator (the denominator keeps every
+  distance). A flat profile gives exactly 0.
+
+Every function here takes numpy arrays or torch tensors and returns the same kind.
+Scores of -inf (masked distances) are allowed and contribute nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+BOUNDARIES = ("zero", "drop")
+HEAD_MODES = ("mean-scores", "mean-R")
+
+
+def _as_tensor(x):
+    """(tensor, was_numpy): numpy input is viewed as a float64 tensor, torch is kept."""
+    if isinstance(x, torch.Tensor):
+        return x, False
+    if isinstance(x, (np.ndarray, list, tuple, float, int)):
+        arr = np.asarray(x)
+        if arr.dtype.kind not in "fiub":
+            raise ValueError(f"scores must be numeric, got dtype {arr.dtype}")
+        return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64)), True
+    raise ValueError(f"expected a numpy array or a torch tensor, got {type(x).__name__}")
+
+
+def _back(t: torch.Tensor, was_numpy: bool):
+    return t.detach().cpu().numpy() if was_numpy else t
+
+
+def _check_scores(s: torch.Tensor, what: str = "scores") -> None:
+    if s.ndim == 0:
+        raise ValueError(f"{what} must have at least one axis (distances last), got a scalar")
+    if s.numel() == 0:
+        raise ValueError(f"{what} are empty (shape {tuple(s.shape)})")
+    if s.shape[-1] < 2:
+        raise ValueError(f"{what} need at least 2 distances on the last axis, got {s.shape[-1]}")
+    if torch.isnan(s).any():
+        raise ValueError(f"{what} contain NaN")
+    if torch.isposinf(s).any():
+        raise ValueError(f"{what} contain +inf")
+    if torch.isneginf(s).all(dim=-1).any():
+        raise ValueError(f"{what} have a profile that is -inf at every distance (nothing to attend to)")
+
+
+def resolution(s, boundary: str = "zero"):
+    """Attention resolution R(s) of Eq. 3 over the last axis: ``(..., N) -> (...)``.
+
+    ``R = Σ_i p_i (p_i − p_{i+1})`` with ``p = softmax(s)``; ``boundary`` is ``"zero"``
+    (p_N = 0) or ``"drop"`` (the i = N−1 term is left out). R < 1 for every real s.
+    """
+    if boundary not in BOUNDARIES:
+        raise ValueError(f"unknown boundary {boundary!r}; choose one of {BOUNDARIES}")
+    s, was_numpy = _as_tensor(s)
+    _check_scores(s)
+    if not s.is_floating_point():
+        s = s.double()
+    elif s.dtype in (torch.float16, torch.bfloat16):
+        s = s.float()
+    p = torch.softmax(s, dim=-1)  # max-shifted inside: safe for |s| ~ 1e4 and -inf
+    cross = (p[..., :-1] * p[..., 1:]).sum(-1)
+    squares = (p * p).sum(-1) if boundary == "zero" else (p[..., :-1] ** 2).sum(-1)
+    return _back(squares - cross, was_numpy)
+
+
+def _diagonal_sums(logits: torch.Tensor):
+    """Sums and counts of the finite entries on each causal sub-diagonal.
+
+    ``logits (..., T, T)`` laid out [query i, key j]; returns ``(sums, counts)``, each
+    ``(..., T)``, where index n covers the pairs (i, i−n). The matrix is copied once,
+    behind T−1 zeros, into a flat buffer and its upper triangle zeroed in place; viewed
+    with strides (T+1, 1), row i of that buffer holds X[i, i−(T−1)+m] at column m, so
+    summing the rows gives every sub-diagonal at once, reading memory in order.
+    """
+    T = logits.shape[-1]
+    batch = logits.shape[:-2]
+
+    def by_diagonal(lower_tri):  # (M, T-1+T*T) buffer, lower triangle after T-1 zeros
+        view = lower_tri.as_strided((lower_tri.shape[0], T, T), (lower_tri.shape[1], T + 1, 1))  # (M, i, m)
+        return view.sum(-2).flip(-1).reshape(*batch, T)  # m = T-1-n, flipped to n
+
+    def lower_buffer(x, dtype):
+        buf = torch.zeros(x.numel() // (T * T), T - 1 + T * T, dtype=dtype, device=x.device)
+        body = buf[:, T - 1 :].view(-1, T, T)  # (M, T, T)
+        body.copy_(x.reshape(-1, T, T))
+        body.tril_()
+        return buf, body
+
+    acc_dtype = torch.promote_types(logits.dtype, torch.float32)
+    buf, body = lower_buffer(logits, acc_dtype)
+    if bool(body.min() > float("-inf")):  # nothing masked inside the causal triangle
+        counts = torch.arange(T, 0, -1, device=logits.device, dtype=acc_dtype).expand(*batch, T)
+    else:
+        unmasked = torch.isfinite(body)  # (M, T, T)
+        body.masked_fill_(~unmasked, 0.0)
+        counts = by_diagonal(lower_buffer(unmasked, acc_dtype)[0])
+    return by_diagonal(buf), counts
+
+
+def _check_logits(logits: torch.Tensor) -> None:
+    if logits.ndim < 2:
+        raise ValueError(f"logits need at least 2 dimensions (..., T, T), got shape {tuple(logits.shape)}")
+    if logits.shape[-1] != logits.shape[-2]:
+        raise ValueError(f"logits must be square in the last two dimensions, got shape {tuple(logits.shape)}")
+    if logits.numel() == 0:
+        raise ValueError(f"logits are empty (shape {tuple(logits.shape)})")
+    if logits.shape[-1] < 2:
+        raise ValueError(f"logits need at least 2 positions, got T = {logits.shape[-1]}")
+    top = logits.max()  # one pass, no copy; NaN propagates through max
+    if torch.isnan(top):
+        raise ValueError("logits contain NaN")
+    if torch.isposinf(top):
+        raise ValueError("logits contain +inf")
+
+
+def _mean_from(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    neg_inf = torch.full_like(sums, float("-inf"))
+    return torch.where(counts > 0, sums / counts.clamp(min=1), neg_inf)
+
+
+def expected_scores(logits):
+    """The §4.3 estimator ŝ[n] = 1/(N−n) Σ_{i=n}^{N−1} e_{i(i−n)}: ``(..., T, T) -> (..., T)``.
+
+    The mean of the n-th causal sub-diagonal of pre-softmax scores laid out
+    [query, key]. Masked (-inf) pairs drop out of the mean; a distance with no
+    unmasked pair gets ŝ[n] = -inf, which R then ignores.
+    """
+    t, was_numpy = _as_tensor(logits)
+    _check_logits(t)
+    sums, counts = _diagonal_sums(t)
+    return _back(_mean_from(sums, counts), was_numpy)
+
+
+class ScoreAccumulator:
+    """Average ŝ[n] over many batches of texts, as the paper's E[·] does.
+
+    ``update(logits)`` takes ``(B, ..., T, T)`` whose first axis indexes texts; ``mean()``
+    returns ``(..., T)``: the total of each sub-diagonal over every text seen, divided
+    by its total count of unmasked pairs.
+    """
+
+    def __init__(self):
+        self._sums = None
+        self._counts = None
+        self._was_numpy = False
+
+    def update(self, logits) -> None:
+        t, self._was_numpy = _as_tensor(logits)
+        _check_logits(t)
+        if t.ndim < 3:
+            raise ValueError(f"update expects (B, ..., T, T) with a batch axis first, got shape {tuple(t.shape)}")
+        sums, counts = _diagonal_sums(t.detach())
+        sums, counts = sums.double().sum(0), counts.double().sum(0)
+        if self._sums is None:
+            self._sums, self._counts = sums, counts
+        elif sums.shape != self._sums.shape:
+            raise ValueError(f"logits of shape {tuple(t.shape)} do not match earlier batches (ŝ shape {tuple(self._sums.shape)})")
+        else:
+            self._sums += sums
+            self._counts += counts
+
+    @property
+    def texts(self) -> float:
+        """How many query rows have been seen at distance 0 (texts × T)."""
+        return 0.0 if self._counts is None else float(self._counts[..., 0].flatten()[0])
+
+    def mean(self):
+        if self._sums is None:
+            raise ValueError("no logits seen yet: call update() first")
+        return _back(_mean_from(self._sums, self._counts), self._was_numpy)
+
+
+def layer_resolution(s_hat, head_mode: str = "mean-scores", boundary: str = "zero"):
+    """R of one layer from per-head ŝ: ``(..., H, N) -> (...)``.
+
+    ``"mean-scores"`` averages ŝ over heads, then takes R; ``"mean-R"`` takes R per head,
+    then averages. The paper does not say which it used.
+    """
+    if head_mode not in HEAD_MODES:
+        raise ValueError(f"unknown head_mode {head_mode!r}; choose one of {HEAD_MODES}")
+    t, was_numpy = _as_tensor(s_hat)
+    if t.ndim < 2:
+        raise ValueError(f"per-head scores need shape (..., H, N), got {tuple(t.shape)}")
+    if head_mode == "mean-scores":
+        out = resolution(t.mean(-2), boundary)
+    else:
+        out = resolution(t, boundary).mean(-1)
+    return _back(out, was_numpy)
+
+
+def average_resolution(s_hat_layers, head_mode: str = "mean-scores", boundary: str = "zero"):
+    """Mean over layers of :func:`layer_resolution`: ``(layers, H, N) -> scalar``, as in Table 3."""
+    t, was_numpy = _as_tensor(s_hat_layers)
+    if t.ndim != 3:
+        raise ValueError(f"expected (layers, H, N), got shape {tuple(t.shape)}")
+    return _back(layer_resolution(t, head_mode, boundary).mean(), was_numpy)

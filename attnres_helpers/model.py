@@ -1,0 +1,255 @@
+"""A small decoder-only Transformer with a pluggable position encoding (nanoGPT-style).
+
+Pre-LN blocks, tied byte embeddings, GELU MLP. The position encoding is one of
+
+- ``sinusoidal``: Vaswani et al. 2017 §3.5, PE(pos, 2i) = sin(pos/10000^{2i/d}),
+  PE(pos, 2i+1) = cos(·), added to the token embeddings (scaled by √d, §3.4).
+- ``rope``: Su et al. (RoFormer) eq. 15, q and k rotated by angle pos·θ_i, θ_i = base^{-2i/d}.
+- ``xpos``: Sun et al. 2022 eq. 9, RoPE plus q·ζ_i^{m/B}, k·ζ_i^{-n/B} with
+  ζ_i = (2i/d + γ)/(1 + γ) (γ = 0.4, B = 512 in microsoft/torchscale).
+- ``alibi``: Press et al. 2022, score − m_h·(i − j), slopes m_h = 2^{-8h/H}, h = 1..H.
+- ``nope``: no positional signal; the causal mask carries position implicitly.
+
+``forward`` trains with ``F.scaled_dot_product_attention``; ``forward_with_scores`` runs
+the same weights through an explicit softmax and returns every layer's pre-softmax
+scores (B, H, T, T) laid out [query, key], biases included, masked pairs at -inf.
+Blockwise causal attention (BCA, Sun et al. §3.3) is an inference-time option: queries
+in blocks of train_len/2 attend to their own block and the previous one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ENCODINGS = ("sinusoidal", "rope", "xpos", "alibi", "nope")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    encoding: str = "rope"
+    train_len: int = 128  # L: the training context length
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    vocab_size: int = 256  # bytes
+    rope_base: float = 10000.0
+    xpos_gamma: float = 0.4
+    xpos_scale_base: float = 512.0
+    alibi_slope_scale: float = 1.0  # multiplies every ALiBi slope
+
+    def __post_init__(self):
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
+        if self.train_len < 2 or self.train_len % 2:
+            raise ValueError(f"train_len must be an even number >= 2 (BCA uses blocks of train_len/2), got {self.train_len}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim = d_model/n_head must be even for rotary encodings, got {self.head_dim}")
+        if self.rope_base <= 1:
+            raise ValueError(f"rope_base must be > 1, got {self.rope_base}")
+        if self.xpos_gamma <= 0 or self.xpos_scale_base <= 0:
+            raise ValueError("xpos_gamma and xpos_scale_base must be > 0")
+        if self.alibi_slope_scale < 0:
+            raise ValueError(f"alibi_slope_scale must be >= 0, got {self.alibi_slope_scale}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        names = {f.name for f in fields(cls)}
+        unknown, missing = set(d) - names, names - set(d)
+        if unknown or missing:
+            raise ValueError(f"model config keys do not match: unknown {sorted(unknown)}, missing {sorted(missing)}")
+        return cls(**d)
+
+
+PRESETS = {
+    "tiny": ModelConfig(train_len=16, n_layer=2, n_head=2, d_model=32),  # tests
+    "default": ModelConfig(),
+}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    """A named preset with some fields replaced, e.g. ``preset("default", encoding="alibi")``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    return replace(PRESETS[name], **overrides)
+
+
+def alibi_slopes(n_head: int) -> torch.Tensor:
+    """ALiBi's head slopes m_h = 2^{-8h/H}, h = 1..H (Press et al. 2022, §3)."""
+    return torch.tensor([2.0 ** (-8.0 * h / n_head) for h in range(1, n_head + 1)])
+
+
+def sinusoidal_table(T: int, d: int) -> torch.Tensor:
+    """(T, d): PE(pos, 2i) = sin(pos/10000^{2i/d}), PE(pos, 2i+1) = cos(pos/10000^{2i/d})."""
+    pos = torch.arange(T, dtype=torch.float32)[:, None]
+    freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
+    pe = torch.zeros(T, d)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq)
+    return pe
+
+
+def blockwise_causal_mask(T: int, block: int) -> torch.Tensor:
+    """(T, T) bool, True where query i may attend to key j under BCA (Sun et al. §3.3).
+
+    Queries are cut into blocks of ``block``; each attends causally to keys in its own
+    block and the previous one, so the distance i − j never exceeds 2·block − 1.
+    """
+    i = torch.arange(T)[:, None]
+    j = torch.arange(T)[None, :]
+    return (j <= i) & (j >= (i // block - 1) * block)
+
+
+class PositionInfo:
+    """Everything one forward pass needs about positions, built once and shared by all layers."""
+
+    def __init__(self, cfg: ModelConfig, T: int, device, bca: bool):
+        self.cfg, self.T, self.bca = cfg, T, bca
+        causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+        self.allowed = blockwise_causal_mask(T, cfg.train_len // 2).to(device) if bca else causal  # (T, T)
+        self.rotary = None
+        if cfg.encoding in ("rope", "xpos"):
+            self.rotary = self._rotary(cfg, T, device)
+        self.bias = None  # additive score bias (H, T, T), ALiBi only
+        if cfg.encoding == "alibi":
+            dist = (torch.arange(T, device=device)[:, None] - torch.arange(T, device=device)[None, :]).float()
+            slopes = alibi_slopes(cfg.n_head).to(device) * cfg.alibi_slope_scale
+            self.bias = -slopes[:, None, None] * dist.clamp(min=0)  # (H, T, T)
+
+    @staticmethod
+    def _rotary(cfg: ModelConfig, T: int, device):
+        """cos, sin (T, d/2) and the xPos scales for q and k (T, d/2), or ones for RoPE."""
+        d = cfg.head_dim
+        theta = cfg.rope_base ** (-torch.arange(0, d, 2, device=device, dtype=torch.float32) / d)  # (d/2,)
+        pos = torch.arange(T, device=device, dtype=torch.float32)
+        angle = pos[:, None] * theta[None, :]  # (T, d/2)
+        if cfg.encoding == "xpos":
+            zeta = (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d + cfg.xpos_gamma) / (1 + cfg.xpos_gamma)
+            centred = (pos - T // 2)[:, None] / cfg.xpos_scale_base  # centred to stay in range (torchscale)
+            q_scale = zeta[None, :] ** centred  # (T, d/2)
+            k_scale = 1.0 / q_scale
+        else:
+            q_scale = k_scale = torch.ones_like(angle)
+        return angle.cos(), angle.sin(), q_scale, k_scale
+
+    def sdpa_mask(self):
+        """What F.scaled_dot_product_attention needs: None (plain causal) or a float/bool mask."""
+        if self.bias is None and not self.bca:
+            return None
+        if self.bias is None:
+            return self.allowed
+        return self.bias.masked_fill(~self.allowed, float("-inf"))  # (H, T, T)
+
+
+def apply_rotary(x: torch.Tensor, cos, sin, scale) -> torch.Tensor:
+    """Rotate the pairs (x_i, x_{i+d/2}) by the position angle and scale them (x: (B, H, T, d))."""
+    x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, d/2) each
+    c, s = cos * scale, sin * scale  # (T, d/2)
+    return torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, pos: PositionInfo, capture: bool = False):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
+        if pos.rotary is not None:
+            cos, sin, q_scale, k_scale = pos.rotary
+            q, k = apply_rotary(q, cos, sin, q_scale), apply_rotary(k, cos, sin, k_scale)
+        if capture:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, H, T, T)
+            if pos.bias is not None:
+                scores = scores + pos.bias
+            scores = scores.masked_fill(~pos.allowed, float("-inf"))
+            y = torch.softmax(scores, dim=-1) @ v  # (B, H, T, hd)
+        else:
+            scores = None
+            mask = pos.sdpa_mask()
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y), scores
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model)
+        )
+
+    def forward(self, x, pos: PositionInfo, capture: bool = False):
+        a, scores = self.attn(self.ln_1(x), pos, capture)
+        x = x + a
+        return x + self.mlp(self.ln_2(x)), scores
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
+            if name.endswith("attn.proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def _run(self, idx: torch.Tensor, bca: bool, capture: bool):
+        if idx.ndim != 2:
+            raise ValueError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
+        B, T = idx.shape
+        if bca and self.cfg.encoding == "sinusoidal":
+            raise ValueError("BCA needs a relative encoding: sinusoidal positions are absolute")
+        pos = PositionInfo(self.cfg, T, idx.device, bca)
+        x = self.wte(idx)  # (B, T, C)
+        if self.cfg.encoding == "sinusoidal":
+            x = x * math.sqrt(self.cfg.d_model) + sinusoidal_table(T, self.cfg.d_model).to(x.device)
+        all_scores = []
+        for block in self.blocks:
+            x, scores = block(x, pos, capture)
+            all_scores.append(scores)
+        logits = self.ln_f(x) @ self.wte.weight.T  # (B, T, vocab), tied embeddings
+        return logits, all_scores
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, bca: bool = False):
+        """(logits (B, T, V), mean cross-entropy or None)."""
+        logits, _ = self._run(idx, bca, capture=False)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    @torch.no_grad()
+    def forward_with_scores(self, idx: torch.Tensor, bca: bool = False):
+        """(logits (B, T, V), [pre-softmax scores (B, H, T, T) for each layer])."""
+        return self._run(idx, bca, capture=True)

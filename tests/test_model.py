@@ -1,0 +1,199 @@
+"""The model: shapes, what each encoding puts into the scores, BCA, and the capture path."""
+
+import math
+
+import pytest
+import torch
+
+from attnres_helpers.measure import attention_scores, measure_windows, records_from
+from attnres_helpers.model import (
+    ENCODINGS,
+    ModelConfig,
+    Transformer,
+    alibi_slopes,
+    apply_rotary,
+    blockwise_causal_mask,
+    preset,
+)
+
+
+def tiny(encoding, **kw):
+    torch.manual_seed(0)
+    return Transformer(preset("tiny", encoding=encoding, **kw)).eval()
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_shapes_and_capture_matches_sdpa(encoding):
+    model = tiny(encoding)
+    x = torch.randint(0, 256, (3, 24))
+    logits, loss = model(x, x)
+    assert logits.shape == (3, 24, 256) and loss.ndim == 0
+    logits2, scores = model.forward_with_scores(x)
+    assert len(scores) == model.cfg.n_layer
+    assert all(s.shape == (3, model.cfg.n_head, 24, 24) for s in scores)
+    torch.testing.assert_close(logits, logits2, atol=1e-5, rtol=1e-5)
+    upper = ~torch.ones(24, 24, dtype=torch.bool).tril()
+    assert torch.isneginf(scores[0][..., upper]).all()
+    assert torch.isfinite(scores[0][..., ~upper]).all()
+
+
+def manual_first_layer_scores(model, x):
+    """q·kᵀ/√d + bias for layer 0, written out independently of the attention module."""
+    cfg = model.cfg
+    B, T = x.shape
+    h = model.wte(x)
+    if cfg.encoding == "sinusoidal":
+        pos = torch.arange(T)[:, None].float()
+        i = torch.arange(0, cfg.d_model, 2).float()
+        pe = torch.zeros(T, cfg.d_model)
+        pe[:, 0::2] = torch.sin(pos / 10000 ** (i / cfg.d_model))
+        pe[:, 1::2] = torch.cos(pos / 10000 ** (i / cfg.d_model))
+        h = h * math.sqrt(cfg.d_model) + pe
+    h = model.blocks[0].ln_1(h)
+    q, k, _ = model.blocks[0].attn.qkv(h).split(cfg.d_model, dim=2)
+    q = q.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2)
+    k = k.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2)
+    s = torch.zeros(B, cfg.n_head, T, T)
+    half = cfg.head_dim // 2
+    for i in range(T):
+        for j in range(i + 1):
+            qi, kj = q[:, :, i], k[:, :, j]
+            if cfg.encoding in ("rope", "xpos"):
+                theta = cfg.rope_base ** (-torch.arange(half).float() * 2 / cfg.head_dim)
+                # pair (a, a+half) rotated by the angle difference (i - j)·θ
+                c, sn = torch.cos((i - j) * theta), torch.sin((i - j) * theta)
+                q1, q2, k1, k2 = qi[..., :half], qi[..., half:], kj[..., :half], kj[..., half:]
+                per_pair = c * (q1 * k1 + q2 * k2) + sn * (q1 * k2 - q2 * k1)
+                if cfg.encoding == "xpos":
+                    zeta = (torch.arange(half).float() * 2 / cfg.head_dim + cfg.xpos_gamma) / (1 + cfg.xpos_gamma)
+                    per_pair = per_pair * zeta ** ((i - j) / cfg.xpos_scale_base)
+                dot = per_pair.sum(-1)
+            else:
+                dot = (qi * kj).sum(-1)
+            s[:, :, i, j] = dot / math.sqrt(cfg.head_dim)
+            if cfg.encoding == "alibi":
+                s[:, :, i, j] -= alibi_slopes(cfg.n_head) * cfg.alibi_slope_scale * (i - j)
+    return s
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_captured_scores_equal_manual_qk_plus_bias(encoding):
+    model = tiny(encoding, xpos_scale_base=8.0)  # a small B so the xPos decay is visible
+    x = torch.randint(0, 256, (2, 12))
+    got = attention_scores(model, x)[0]
+    want = manual_first_layer_scores(model, x)
+    lower = torch.ones(12, 12, dtype=torch.bool).tril()
+    torch.testing.assert_close(got[..., lower], want[..., lower], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("encoding", ["rope", "xpos"])
+def test_rotary_scores_depend_only_on_distance(encoding):
+    """With the same q and k at every position, the score is a function of i − j alone
+    (xPos's ζ^{(i−j)/B} scaling included: it is relative too once q and k are scaled)."""
+    cfg = preset("tiny", encoding=encoding, xpos_scale_base=8.0)
+    from attnres_helpers.model import PositionInfo
+
+    T, d = 20, cfg.head_dim
+    pos = PositionInfo(cfg, T, "cpu", bca=False)
+    cos, sin, q_scale, k_scale = pos.rotary
+    v = torch.randn(1, 1, 1, d).expand(1, 1, T, d)
+    w = torch.randn(1, 1, 1, d).expand(1, 1, T, d)
+    s = apply_rotary(v, cos, sin, q_scale) @ apply_rotary(w, cos, sin, k_scale).transpose(-2, -1)  # (1,1,T,T)
+    s = s[0, 0]
+    for n in range(T):
+        diag = torch.diagonal(s, offset=-n)
+        torch.testing.assert_close(diag, diag[0].expand_as(diag), atol=1e-4, rtol=1e-4)
+    if encoding == "xpos":  # the decay is really there: xPos differs from plain RoPE far away
+        rope = PositionInfo(preset("tiny", encoding="rope"), T, "cpu", bca=False).rotary
+        s_rope = apply_rotary(v, *rope[:2], rope[2]) @ apply_rotary(w, *rope[:2], rope[3]).transpose(-2, -1)
+        assert not torch.allclose(s[-1, 0], s_rope[0, 0, -1, 0], atol=1e-3)
+
+
+def test_alibi_bias_matches_slopes():
+    assert torch.allclose(alibi_slopes(8), torch.tensor([2.0 ** -k for k in range(1, 9)]))
+    model = tiny("alibi")
+    model.blocks[0].attn.qkv.weight.data.zero_()  # q·k = 0: the score is the bias alone
+    s = attention_scores(model, torch.randint(0, 256, (1, 10)))[0][0]  # (H, T, T)
+    slopes = alibi_slopes(model.cfg.n_head)
+    for i in range(10):
+        for j in range(i + 1):
+            torch.testing.assert_close(s[:, i, j], -slopes * (i - j))
+
+
+def test_bca_mask_structure():
+    m = blockwise_causal_mask(12, 3)
+    for i in range(12):
+        allowed = {j for j in range(12) if m[i, j]}
+        block = i // 3
+        assert allowed == set(range(max(0, (block - 1) * 3), i + 1))
+    assert (torch.arange(12)[:, None] - torch.arange(12)[None, :])[m].max() == 2 * 3 - 1
+
+
+def test_bca_scores_are_masked_and_equal_at_train_len():
+    model = tiny("rope")
+    L = model.cfg.train_len
+    x = torch.randint(0, 256, (1, 2 * L))
+    plain = attention_scores(model, x)[0]
+    bca = attention_scores(model, x, bca=True)[0]
+    mask = blockwise_causal_mask(2 * L, L // 2)
+    assert torch.isneginf(bca[..., ~mask]).all()
+    torch.testing.assert_close(bca[..., mask], plain[..., mask])
+    # at T = L, BCA allows every causal pair: nothing changes
+    y = x[:, :L]
+    torch.testing.assert_close(model(y)[0], model(y, bca=True)[0])
+
+
+def test_bca_rejected_for_absolute_positions():
+    with pytest.raises(ValueError, match="relative"):
+        tiny("sinusoidal")(torch.randint(0, 256, (1, 8)), bca=True)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(encoding="learned"), "unknown encoding"),
+        (dict(train_len=1), "train_len"),
+        (dict(d_model=30, n_head=4), "divisible"),
+        (dict(d_model=12, n_head=4), "even"),
+        (dict(rope_base=1.0), "rope_base"),
+        (dict(alibi_slope_scale=-1.0), "alibi_slope_scale"),
+    ],
+)
+def test_bad_config_rejected(kw, match):
+    with pytest.raises(ValueError, match=match):
+        ModelConfig(**kw)
+
+
+def test_config_round_trip_and_strict_keys():
+    cfg = preset("tiny", encoding="xpos")
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match="unknown"):
+        ModelConfig.from_dict({**cfg.to_dict(), "extra": 1})
+    with pytest.raises(ValueError, match="missing"):
+        ModelConfig.from_dict({k: v for k, v in cfg.to_dict().items() if k != "n_head"})
+
+
+def test_bad_tokens_rejected():
+    model = tiny("rope")
+    with pytest.raises(ValueError, match="tokens"):
+        attention_scores(model, torch.randint(0, 256, (8,)))
+    with pytest.raises(ValueError, match="2 tokens"):
+        attention_scores(model, torch.randint(0, 256, (1, 1)))
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_measure_on_tiny_model_gives_finite_resolution(encoding):
+    model = tiny(encoding)
+    L = model.cfg.train_len
+    windows = torch.randint(0, 256, (5, 2 * L + 1))
+    m = measure_windows(model, windows, batch_size=2)
+    assert m["s_hat"].shape == (model.cfg.n_layer, model.cfg.n_head, 2 * L)
+    assert m["nll"].shape == (2 * L,)
+    recs = records_from(m["s_hat"], m["nll"], encoding=encoding, seed=0, train_len=L, eval_len=2 * L, bca=False)
+    assert len(recs) == 2 * (model.cfg.n_layer + 1)
+    for r in recs:
+        assert math.isfinite(r["resolution"]) and r["resolution"] < 1
+        assert math.isfinite(r["perplexity"]) and r["perplexity"] > 1
+        assert math.isfinite(r["perplexity_past_L"])
+    # an untrained model predicts bytes roughly uniformly: perplexity near 256
+    assert 150 < recs[0]["perplexity"] < 400

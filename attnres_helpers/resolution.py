@@ -27,6 +27,8 @@ HEAD_MODES = ("mean-scores", "mean-R")
 def _as_tensor(x):
     """(tensor, was_numpy): numpy input is viewed as a float64 tensor, torch is kept."""
     if isinstance(x, torch.Tensor):
+        if x.is_complex():
+            raise ValueError(f"scores must be real numbers, got dtype {x.dtype}")
         return x, False
     if isinstance(x, (np.ndarray, list, tuple, float, int)):
         arr = np.asarray(x)
@@ -193,6 +195,8 @@ def layer_resolution(s_hat, head_mode: str = "mean-scores", boundary: str = "zer
     t, was_numpy = _as_tensor(s_hat)
     if t.ndim < 2:
         raise ValueError(f"per-head scores need shape (..., H, N), got {tuple(t.shape)}")
+    if not t.is_floating_point():
+        t = t.double()  # integer tensors cannot be averaged over heads
     if head_mode == "mean-scores":
         out = resolution(t.mean(-2), boundary)
     else:

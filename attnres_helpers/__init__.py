@@ -1,5 +1,6 @@
 """attnres: a teaching companion for attention resolution (Sun et al. 2022, xPos)."""
 
+from .encodings import ENCODINGS, default_params, resolution_pair, score_curve
 from .resolution import (
     BOUNDARIES,
     HEAD_MODES,
@@ -11,6 +12,10 @@ from .resolution import (
 )
 
 __all__ = [
+    "ENCODINGS",
+    "default_params",
+    "resolution_pair",
+    "score_curve",
     "BOUNDARIES",
     "HEAD_MODES",
     "ScoreAccumulator",

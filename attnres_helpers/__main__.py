@@ -1,0 +1,71 @@
+"""Command line: ``python -m attnres_helpers <subcommand> ...`` (one function per subcommand).
+
+    python -m attnres_helpers train --encoding rope --seed 0 [--preset default] [--steps 500] [--out DIR]
+"""
+
+import argparse
+import dataclasses
+import inspect
+import json
+import sys
+
+import torch
+
+from .model import ENCODINGS, PRESETS, ModelConfig
+from .train import train
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    """Train one model (resuming an interrupted run in --out) and print its config.json results."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(ModelConfig) if hasattr(args, f.name)}
+    cfg = dataclasses.replace(PRESETS[args.preset], **overrides)
+    out = args.out or f"runs/{args.preset}-{cfg.encoding}-L{cfg.train_len}-seed{args.seed}"
+    _, summary = train(cfg, steps=args.steps, batch_tokens=args.batch_tokens, lr=args.lr, warmup=args.warmup,
+                       seed=args.seed, out_dir=out, checkpoint_every=args.checkpoint_every,
+                       resume=not args.no_resume, device=args.device, progress=not args.quiet,
+                       weight_decay=args.weight_decay)
+    results = {k: v for k, v in summary["results"].items() if k != "losses"}
+    print(json.dumps({"out": out, **results}, indent=1))
+
+
+def _add_train_parser(subparsers) -> None:
+    defaults = {name: p.default for name, p in inspect.signature(train).parameters.items()}
+    p = subparsers.add_parser("train", help="train one model on the shipped corpus",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--preset", choices=sorted(PRESETS), default="default", help="model preset")
+    p.add_argument("--seed", type=int, default=defaults["seed"], help="weight init and batch order")
+    p.add_argument("--steps", type=int, default=defaults["steps"], help="optimiser steps")
+    p.add_argument("--batch-tokens", type=int, default=defaults["batch_tokens"], help="tokens a step")
+    p.add_argument("--lr", type=float, default=defaults["lr"], help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=defaults["warmup"], help="linear warmup steps")
+    p.add_argument("--weight-decay", type=float, default=defaults["weight_decay"], help="AdamW, matrices only")
+    p.add_argument("--checkpoint-every", type=int, default=defaults["checkpoint_every"], help="0: never")
+    p.add_argument("--out", default=None, help="run directory; None: runs/<preset>-<encoding>-L<len>-seed<seed>")
+    p.add_argument("--no-resume", action="store_true", help="start afresh even if --out holds a checkpoint or a finished run")
+    p.add_argument("--device", default=defaults["device"], help="cpu, or cuda when available")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: torch's default")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    model = p.add_argument_group("model config (overrides the preset)")
+    for field in dataclasses.fields(ModelConfig):
+        if field.name != "vocab_size":
+            model.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=argparse.SUPPRESS,
+                               choices=ENCODINGS if field.name == "encoding" else None,
+                               help=f"the preset's if omitted (default preset: {getattr(PRESETS['default'], field.name)})")
+    p.set_defaults(func=cmd_train)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m attnres_helpers", description=__doc__.split("\n\n")[0])
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_train_parser(subparsers)
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+
+
+if __name__ == "__main__":
+    main()

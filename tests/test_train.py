@@ -1,0 +1,248 @@
+"""Training, checkpoints and resume (attnres_helpers.train) on the tiny preset."""
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import attnres_helpers.train as train_mod
+from attnres_helpers.__main__ import main as cli_main
+from attnres_helpers.model import PRESETS, preset
+from attnres_helpers.train import MIN_LR_RATIO, atomic_write, load_checkpoint, lr_at, train
+
+TINY = PRESETS["tiny"]
+RUN = dict(steps=12, batch_tokens=128, lr=3e-3, warmup=2, seed=1, checkpoint_every=4, progress=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny model is too small to gain from threads; one thread also keeps timings steady on a busy CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, one_thread):
+    """A finished tiny run: (run directory, in-memory fp32 model, summary)."""
+    out = tmp_path_factory.mktemp("run")
+    model, summary = train(TINY, out_dir=out, **RUN)
+    return out, model, summary
+
+
+def _copy(run_dir, tmp_path):
+    return shutil.copytree(run_dir, tmp_path / "copy")
+
+
+def test_lr_schedule_warmup_then_cosine():
+    lr, steps, warmup = 1.0, 101, 10
+    assert lr_at(0, steps, lr, warmup) == pytest.approx(0.1)
+    assert lr_at(9, steps, lr, warmup) == pytest.approx(1.0)
+    assert lr_at(10, steps, lr, warmup) == pytest.approx(1.0)
+    assert lr_at(55, steps, lr, warmup) == pytest.approx(MIN_LR_RATIO + (1 - MIN_LR_RATIO) / 2)  # cosine midpoint
+    assert lr_at(100, steps, lr, warmup) == pytest.approx(MIN_LR_RATIO)
+    schedule = [lr_at(s, steps, lr, warmup) for s in range(10, steps)]
+    assert all(a >= b for a, b in zip(schedule, schedule[1:]))
+
+
+def test_a_few_steps_lower_the_loss(tmp_path):
+    _, summary = train(TINY, steps=30, batch_tokens=256, lr=3e-3, warmup=3, seed=0, out_dir=tmp_path,
+                       checkpoint_every=0, progress=False)
+    losses, results = summary["results"]["losses"], summary["results"]
+    assert losses[0] == pytest.approx(math.log(256), abs=0.1)  # uniform over bytes at init
+    assert sum(losses[-5:]) / 5 < losses[0] - 1.0
+    assert results["val_loss"] < math.log(256) - 1.0 and results["train_loss"] < math.log(256) - 1.0
+    assert results["tokens_per_s"] > 0
+
+
+def test_shipped_form_is_fp16_and_round_trips(finished):
+    out, model, summary = finished
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]  # resume state removed
+    assert all(t.dtype == torch.float16 for t in load_file(out / "model.safetensors").values())
+    config = json.loads((out / "config.json").read_text())
+    assert config == json.loads(json.dumps(summary)) and config["model"] == TINY.to_dict()
+    assert config["train"]["betas"] == [0.9, 0.98] and config["train"]["steps"] == RUN["steps"]
+    loaded = load_checkpoint(out)
+    assert not loaded.training and loaded.cfg == TINY
+    assert all(p.dtype == torch.float32 and p.device.type == "cpu" for p in loaded.parameters())
+    for name, p in loaded.state_dict().items():  # exactly the fp16 rounding of the trained weights
+        assert torch.equal(p, model.state_dict()[name].half().float()), name
+    idx = torch.randint(0, 256, (3, TINY.train_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref, got = model(idx)[0], loaded(idx)[0]
+    assert (got - ref).abs().max() < 2e-2 and not torch.equal(got, ref)
+    assert torch.equal(load_checkpoint(out / "model.safetensors").state_dict()["wte.weight"], loaded.wte.weight)
+
+
+def test_loading_never_unpickles(finished, monkeypatch):
+    def no_pickle(*args, **kwargs):
+        raise AssertionError("torch.load was called")
+
+    monkeypatch.setattr(torch, "load", no_pickle)
+    load_checkpoint(finished[0])
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt_at(monkeypatch, step):
+    """Make train() raise Interrupted when it draws the batch of `step`; returns the call log."""
+    calls = []
+    real_get_batch = train_mod.get_batch
+
+    def get_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == step + 1:
+            raise Interrupted
+        return real_get_batch(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "get_batch", get_batch)
+    return calls
+
+
+def test_interrupted_and_resumed_run_is_bit_identical(finished, tmp_path, monkeypatch):
+    out, model, summary = finished
+    _interrupt_at(monkeypatch, step=7)  # checkpoints at steps 4 and 8: the last complete one is step 4
+    with pytest.raises(Interrupted):
+        train(TINY, out_dir=tmp_path, **RUN)
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["step"] == 4 and len(state["losses"]) == 4
+    assert [p.name for p in tmp_path.glob("state-*.safetensors")] == ["state-0000004.safetensors"]
+    monkeypatch.undo()
+
+    calls = _interrupt_at(monkeypatch, step=10**9)  # count batches only
+    torch.manual_seed(12345)  # the global RNG state at resume time must not matter
+    resumed, resumed_summary = train(TINY, out_dir=tmp_path, **RUN)
+    assert len(calls) == RUN["steps"] - 4  # it resumed rather than restarted
+    for name, p in resumed.state_dict().items():
+        assert torch.equal(p, model.state_dict()[name]), name
+    assert resumed_summary["results"]["losses"] == summary["results"]["losses"]
+    assert (tmp_path / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+
+
+def test_finished_run_is_loaded_not_retrained(finished, monkeypatch):
+    calls = _interrupt_at(monkeypatch, step=0)  # any batch drawn would raise
+    _, summary = train(TINY, out_dir=finished[0], **RUN)
+    assert calls == [] and summary == json.loads((finished[0] / "config.json").read_text())
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, monkeypatch):
+    _interrupt_at(monkeypatch, step=5)
+    with pytest.raises(Interrupted):
+        train(TINY, out_dir=tmp_path, **RUN)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="state.json.*other settings"):
+        train(TINY, out_dir=tmp_path, **{**RUN, "lr": 1e-3})
+    train(TINY, out_dir=tmp_path, **RUN)  # finishes
+    with pytest.raises(ValueError, match="config.json.*finished run with other settings"):
+        train(preset("tiny", encoding="alibi"), out_dir=tmp_path, **RUN)
+
+
+def _rewrite_json(path, edit):
+    obj = json.loads(path.read_text())
+    edit(obj)
+    path.write_text(json.dumps(obj))
+
+
+@pytest.mark.parametrize("corrupt, match", [
+    (lambda d: (d / "config.json").write_text("{not json"), r"config\.json is not valid JSON"),
+    (lambda d: _rewrite_json(d / "config.json", lambda o: o["model"].update(extra=1)), r"config\.json.*unknown \['extra'\]"),
+    (lambda d: _rewrite_json(d / "config.json", lambda o: o["model"].pop("n_head")), r"config\.json.*missing \['n_head'\]"),
+    (lambda d: _rewrite_json(d / "config.json", lambda o: o["model"].update(d_model=64)), r"model\.safetensors.*shape"),
+    (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:500]),
+     r"model\.safetensors is corrupt or truncated"),
+    (lambda d: save_file({k: v for k, v in load_file(d / "model.safetensors").items() if k != "ln_f.weight"},
+                         d / "model.safetensors"), r"model\.safetensors.*missing tensors \['ln_f.weight'\]"),
+    (lambda d: save_file({k: v.fill_(float("nan")) for k, v in load_file(d / "model.safetensors").items()},
+                         d / "model.safetensors"), r"model\.safetensors.*non-finite"),
+])
+def test_corrupt_checkpoint_errors_name_the_file(finished, tmp_path, corrupt, match):
+    run_dir = _copy(finished[0], tmp_path)
+    corrupt(run_dir)
+    with pytest.raises(ValueError, match=match):
+        load_checkpoint(run_dir)
+
+
+def test_missing_checkpoint_file_is_named(finished, tmp_path):
+    run_dir = _copy(finished[0], tmp_path)
+    (run_dir / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match=r"model\.safetensors"):
+        load_checkpoint(run_dir)
+
+
+def test_corrupt_resume_state_errors_name_the_file(tmp_path, monkeypatch):
+    _interrupt_at(monkeypatch, step=5)
+    with pytest.raises(Interrupted):
+        train(TINY, out_dir=tmp_path, **RUN)
+    monkeypatch.undo()
+    tensors = tmp_path / "state-0000004.safetensors"
+    tensors.write_bytes(tensors.read_bytes()[:-100])
+    with pytest.raises(ValueError, match=r"state-0000004\.safetensors is corrupt or truncated"):
+        train(TINY, out_dir=tmp_path, **RUN)
+    (tmp_path / "state.json").write_text("")
+    with pytest.raises(ValueError, match=r"state\.json is not valid JSON"):
+        train(TINY, out_dir=tmp_path, **RUN)
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path):
+    target = tmp_path / "weights.safetensors"
+    target.write_bytes(b"previous complete file")
+
+    def write_half_then_fail(tmp):
+        tmp.write_bytes(b"partial")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(target, write_half_then_fail)
+    assert target.read_bytes() == b"previous complete file"
+    assert [p.name for p in tmp_path.iterdir()] == ["weights.safetensors"]
+
+
+def test_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    real_save = train_mod.save_file
+    saves = []
+
+    def save_file_failing_second_time(tensors, path):
+        saves.append(path)
+        if len(saves) == 2:
+            with open(path, "wb") as f:
+                f.write(b"half a checkpoint")
+            raise OSError("disk full")
+        real_save(tensors, path)
+
+    monkeypatch.setattr(train_mod, "save_file", save_file_failing_second_time)
+    with pytest.raises(OSError, match="disk full"):
+        train(TINY, out_dir=tmp_path, **RUN)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state-0000004.safetensors", "state.json"]
+    assert json.loads((tmp_path / "state.json").read_text())["step"] == 4
+    monkeypatch.undo()
+    train(TINY, out_dir=tmp_path, **RUN)  # resumes from step 4 and finishes
+    assert (tmp_path / "config.json").is_file()
+
+
+def test_bad_settings_raise_value_error(tmp_path):
+    with pytest.raises(ValueError, match="batch_tokens"):
+        train(TINY, steps=2, batch_tokens=100, warmup=1, out_dir=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="warmup"):
+        train(TINY, steps=2, batch_tokens=128, warmup=5, out_dir=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="CUDA") if not torch.cuda.is_available() else pytest.raises(ValueError, match="steps"):
+        train(TINY, steps=0 if torch.cuda.is_available() else 2, batch_tokens=128, warmup=1,
+              out_dir=tmp_path, device="cuda", progress=False)
+
+
+def test_cli_train_applies_overrides(tmp_path, capsys):
+    out = tmp_path / "cli"
+    cli_main(["train", "--preset", "tiny", "--encoding", "alibi", "--n-layer", "1", "--seed", "2", "--steps", "3",
+              "--warmup", "1", "--batch-tokens", "64", "--out", str(out), "--quiet"])
+    printed = json.loads(capsys.readouterr().out)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"] == preset("tiny", encoding="alibi", n_layer=1).to_dict()
+    assert config["train"]["seed"] == 2 and config["train"]["steps"] == 3
+    assert printed["out"] == str(out) and printed["val_loss"] == config["results"]["val_loss"]
+    with pytest.raises(SystemExit, match="error: train_len"):
+        cli_main(["train", "--preset", "tiny", "--train-len", "15", "--out", str(tmp_path / "bad"), "--quiet"])

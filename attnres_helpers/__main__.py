@@ -1,6 +1,8 @@
 """Command line: ``python -m attnres_helpers <subcommand> ...`` (one function per subcommand).
 
     python -m attnres_helpers train --encoding rope --seed 0 [--preset default] [--steps 500] [--out DIR]
+    python -m attnres_helpers reproduce [--jobs 2]   # every shipped checkpoint and data/results/
+    python -m attnres_helpers measure --json         # re-measure the shipped checkpoints
 """
 
 import argparse
@@ -56,10 +58,46 @@ def _add_train_parser(subparsers) -> None:
     p.set_defaults(func=cmd_train)
 
 
+def cmd_reproduce(args: argparse.Namespace) -> None:
+    """Train every encoding and seed of the shipped experiment, measure them, write data/results/."""
+    from .experiments import RESULTS, reproduce
+
+    records = reproduce(jobs=args.jobs, device=args.device)
+    print(f"{len(records)} records written to {RESULTS}")
+
+
+def cmd_measure(args: argparse.Namespace) -> None:
+    """Measure the shipped checkpoints again and print the records (or a short summary)."""
+    from .experiments import measure_checkpoints
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    records = measure_checkpoints(progress=not args.json)
+    if args.json:
+        print(json.dumps(records, indent=1))
+        return
+    for r in records:
+        if r["layer"] == "mean" and r["head_mode"] == "mean-scores":
+            print(f"{r['encoding']:10s} seed {r['seed']}  eval_len {r['eval_len']:4d}  bca {r['bca']!s:5s}  "
+                  f"R {r['resolution']:.4f}  ppl {r['perplexity']:.2f}")
+
+
+def _add_experiment_parsers(subparsers) -> None:
+    p = subparsers.add_parser("reproduce", help="train and measure every shipped checkpoint")
+    p.add_argument("--jobs", type=int, default=2, help="models trained at once (one thread each)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda when available")
+    p.set_defaults(func=cmd_reproduce)
+    p = subparsers.add_parser("measure", help="measure the shipped checkpoints")
+    p.add_argument("--json", action="store_true", help="print every record as JSON")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: torch's default")
+    p.set_defaults(func=cmd_measure)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m attnres_helpers", description=__doc__.split("\n\n")[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_train_parser(subparsers)
+    _add_experiment_parsers(subparsers)
     args = parser.parse_args(argv)
     try:
         args.func(args)

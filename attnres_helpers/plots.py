@@ -126,3 +126,104 @@ def encoding_gallery(L: int, names, ncols: int = 4, boundary: str = "zero", head
         ax.set_visible(False)
     fig.tight_layout()
     return fig
+
+
+# --- notebooks 03 and 04: trained models -------------------------------------------------
+
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def plot_measured_profiles(profiles: dict, train_len: int, ax=None, title: str = ""):
+    """Measured ŝ[n] of one model, heads averaged, against distance n: one colour per layer and one
+    line style per entry of ``profiles = {label: s_hat (layers, H, T)}`` (e.g. T = L and T = 2L),
+    with the training length L marked. Masked distances (ŝ = -inf, under BCA) leave a gap."""
+    ax = plt.gca() if ax is None else ax
+    if not 1 <= len(profiles) <= len(LINE_STYLES):
+        raise ValueError(f"profiles must hold 1 to {len(LINE_STYLES)} entries, got {len(profiles)}")
+    for style, (label, s_hat) in zip(LINE_STYLES, profiles.items()):
+        per_layer = np.asarray(s_hat, dtype=np.float64).mean(axis=-2)  # (layers, T)
+        per_layer = np.where(np.isfinite(per_layer), per_layer, np.nan)
+        for layer, s in enumerate(per_layer):
+            ax.plot(np.arange(len(s)), s, color=f"C{layer}", linestyle=style, linewidth=1,
+                    label=f"layer {layer}" if style == LINE_STYLES[0] else None)
+        ax.plot([], [], color="gray", linestyle=style, label=label)
+    ax.axvline(train_len, color="k", alpha=0.4, linewidth=3, label="training length L")
+    ax.set(xlabel="distance n", ylabel=r"$\hat{s}[n]$ (heads averaged)", title=title)
+    ax.legend(fontsize="x-small")
+    return ax
+
+
+def measured_profile_gallery(profiles: dict, train_len: int, ncols: int = 3):
+    """One :func:`plot_measured_profiles` panel per model: ``profiles = {name: {label: s_hat}}``."""
+    nrows = -(-len(profiles) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
+    for ax, (name, by_label) in zip(axes.flat, profiles.items()):
+        plot_measured_profiles(by_label, train_len, ax=ax, title=name)
+    for ax in axes.flat[len(profiles) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_stat_bars(rows: list, columns, category: str = "encoding", ax=None, ylabel: str = "R"):
+    """Grouped bars from table rows (attnres_helpers.tables): one group per row, named by
+    ``row[category]``, one bar per column at the seed mean, ± the seed spread as an error bar and
+    each seed as a dot. A missing value (None) is marked "n/a"."""
+    ax = plt.gca() if ax is None else ax
+    x = np.arange(len(rows))
+    width = 0.8 / len(columns)
+    for j, column in enumerate(columns):
+        centres = x + (j - (len(columns) - 1) / 2) * width
+        stats = [row.get(column) for row in rows]
+        present = [i for i, stat in enumerate(stats) if stat is not None]
+        ax.bar(centres[present], [stats[i].mean for i in present], width=width, color=f"C{j}", label=column,
+               yerr=[stats[i].spread or 0.0 for i in present], capsize=2)
+        for i in present:
+            ax.scatter(np.full(len(stats[i].values), centres[i]), stats[i].values, color="k", s=6, zorder=3)
+        for i in sorted(set(range(len(rows))) - set(present)):
+            ax.text(centres[i], 0, "n/a", ha="center", va="bottom", fontsize="x-small", rotation=90)
+    ax.set_xticks(x, [str(row[category]) for row in rows])
+    ax.axhline(0, color="k", linewidth=0.5)
+    ax.set(xlabel=category, ylabel=ylabel)
+    ax.legend(fontsize="x-small")
+    return ax
+
+
+def layer_resolution_figure(records: list, encodings, head_mode: str = "mean-scores", columns=("R(L)", "R(2L)")):
+    """Per-layer R of each encoding (bars over seeds, :func:`plot_stat_bars`), one panel each."""
+    from .tables import layer_table
+
+    fig, axes = plt.subplots(1, len(encodings), figsize=(3.2 * len(encodings), 3.0), squeeze=False, sharey=True)
+    for ax, encoding in zip(axes.flat, encodings):
+        plot_stat_bars(layer_table(records, encoding, head_mode), columns, category="layer", ax=ax)
+        ax.set_title(encoding)
+    fig.tight_layout()
+    return fig
+
+
+def plot_position_perplexity(nll: dict, train_len: int, ax=None, smooth: int = 1):
+    """Perplexity at each position of the window, exp of the mean next-token NLL averaged over
+    ``smooth`` neighbouring positions, one line per entry of ``nll = {label: (T,)}``; L marked."""
+    ax = plt.gca() if ax is None else ax
+    if smooth < 1:
+        raise ValueError(f"smooth must be >= 1, got {smooth}")
+    for label, values in nll.items():
+        values = np.asarray(values, dtype=np.float64)
+        averaged = np.convolve(values, np.ones(smooth) / smooth, mode="valid")  # (T − smooth + 1,)
+        ax.plot(np.arange(len(averaged)) + (smooth - 1) / 2, np.exp(averaged), label=label, linewidth=1)
+    ax.axvline(train_len, color="k", alpha=0.4, linewidth=3, label="training length L")
+    ax.set(xlabel="position in the window", ylabel="perplexity (log scale)", yscale="log")
+    ax.legend(fontsize="x-small")
+    return ax
+
+
+def plot_mask(mask, ax=None, title: str = "", block: int | None = None):
+    """A (T, T) attention mask laid out [query, key], allowed pairs dark; block edges drawn when given."""
+    ax = plt.gca() if ax is None else ax
+    mask = np.asarray(mask, dtype=np.float64)
+    ax.imshow(mask, cmap="Greys", vmin=0, vmax=1, interpolation="nearest")
+    for edge in range(block or len(mask), len(mask), block or len(mask)):
+        ax.axhline(edge - 0.5, color="C3", linewidth=0.8)
+        ax.axvline(edge - 0.5, color="C3", linewidth=0.8)
+    ax.set(xlabel="key j", ylabel="query i", title=title)
+    return ax

@@ -1,0 +1,314 @@
+"""Tables from measurement records: seed means ± spread, the paper's Table 3, the reversal checks.
+
+Pure functions over the tidy records of :mod:`attnres_helpers.measure` (one dict per encoding,
+seed, train_len, eval_len, bca, head_mode, layer), shared by the tests and notebooks 03 and 04.
+
+A table is a list of rows, one per encoding; a row is a dict from column name to a value:
+a :class:`Stat` (a quantity over seeds), a float, an int, a string, or None (not measured).
+Column names say what was measured where, with L the training length:
+
+- ``"R(L)"``, ``"R(2L)"``, ``"R(2L)+BCA"``, ... the layer-mean resolution at eval length k·L;
+- ``"ppl(2L)"``, ``"ppl(2L) past L"`` (+BCA): perplexity over every position, and over
+  positions ≥ L only;
+- ``"paper R(L)"``, ... the values of Sun et al. 2022, Table 3 (:data:`PAPER_TABLE3`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from .resolution import HEAD_MODES, average_resolution
+
+# Sun et al. 2022 ("A Length-Extrapolatable Transformer"), Table 3: 24 layers, training length
+# L = 1024, resolution at 1024 (L) and 2048 (2L). Their xPos rows are LEX without BCA ("LEX − BCA",
+# 0.98 → 0.54) and LEX with BCA (0.98 → 1.08). Typed in from the paper, not measured here.
+PAPER_LABEL = "paper (Sun et al. 2022, Table 3)"
+PAPER_TABLE3 = {
+    "sinusoidal": {"R(L)": 0.87, "R(2L)": 0.28},  # "Transformer" (absolute sinusoidal)
+    "alibi": {"R(L)": 0.81, "R(2L)": 0.88},
+    "rope": {"R(L)": 0.91, "R(2L)": 0.08},  # "Roformer"
+    "xpos": {"R(L)": 0.98, "R(2L)": 0.54, "R(2L)+BCA": 1.08},  # LEX − BCA; LEX
+}
+ROW_ORDER = ("rope", "sinusoidal", "alibi", "xpos", "nope")  # the seed card's three first
+LEVEL_TOLERANCE = 0.15  # "about level": |R(2L) − R(L)| < 0.15·|R(L)|
+RECORD_KEYS = ("encoding", "seed", "train_len", "eval_len", "bca", "head_mode", "layer")
+RECORD_VALUES = ("resolution", "perplexity", "perplexity_past_L")
+
+# Column selections the notebooks print.
+PAIR_COLUMNS = ["encoding", "seeds", "paper R(L)", "R(L)", "paper R(2L)", "R(2L)", "paper R(2L)+BCA",
+                "R(2L)+BCA", "R(4L)"]
+PERPLEXITY_COLUMNS = ["encoding", "seeds", "ppl(L)", "ppl(2L)", "ppl(2L) past L", "ppl(4L)", "ppl(4L) past L"]
+BCA_COLUMNS = ["encoding", "seeds", "R(L)", "R(2L)", "R(2L)+BCA", "BCA ×(2L)", "R(4L)", "R(4L)+BCA", "BCA ×(4L)"]
+BCA_PERPLEXITY_COLUMNS = ["encoding", "ppl(2L) past L", "ppl(2L) past L+BCA", "ppl(4L) past L",
+                          "ppl(4L) past L+BCA"]
+
+CHECK_DESCRIPTIONS = {
+    "rope_highest_at_L": "RoPE has the highest R(L) of RoPE, sinusoidal and ALiBi",
+    "rope_lowest_at_2L": "RoPE has the lowest R(2L) of RoPE, sinusoidal and ALiBi",
+    "alibi_level": f"ALiBi stays about level, |R(2L)/R(L) − 1| < {LEVEL_TOLERANCE}",
+    "bca_raises_rope": "BCA raises RoPE's R(2L)",
+    "bca_raises_xpos": "BCA raises xPos's R(2L)",
+}
+
+
+class Stat(NamedTuple):
+    """One quantity over seeds: the mean, the spread (sample standard deviation, ddof = 1; None
+    for a single seed), and the per-seed values with their seeds, in seed order."""
+
+    mean: float
+    spread: float | None
+    values: tuple
+    seeds: tuple
+
+    @classmethod
+    def of(cls, by_seed: dict) -> "Stat":
+        """The Stat of ``{seed: value}``."""
+        if not by_seed:
+            raise ValueError("a Stat needs at least one value")
+        seeds = tuple(sorted(by_seed))
+        values = tuple(float(by_seed[s]) for s in seeds)
+        mean = math.fsum(values) / len(values)
+        spread = None
+        if len(values) > 1:
+            spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        return cls(mean, spread, values, seeds)
+
+
+class Check(NamedTuple):
+    """A named qualitative finding: whether it holds on the seed means, and in how many seeds."""
+
+    holds: bool
+    seeds_holding: int
+    seeds: int
+
+
+def length_label(multiple: int) -> str:
+    """1 -> "L", 2 -> "2L": eval length as a multiple of the training length."""
+    return "L" if multiple == 1 else f"{multiple}L"
+
+
+def _index(records, head_mode: str) -> dict:
+    """{(encoding, multiple, bca, layer): {seed: record}} for one head mode, after checking the records."""
+    if head_mode not in HEAD_MODES:
+        raise ValueError(f"unknown head_mode {head_mode!r}; choose one of {HEAD_MODES}")
+    if not isinstance(records, (list, tuple)) or not records:
+        raise ValueError("records must be a non-empty list of measurement dicts")
+    for r in records:
+        missing = [k for k in RECORD_KEYS + RECORD_VALUES if k not in r]
+        if missing:
+            raise ValueError(f"a record lacks {missing}: {r}")
+    train_lens = {r["train_len"] for r in records}
+    if len(train_lens) != 1:
+        raise ValueError(f"records mix training lengths {sorted(train_lens)}; select one before tabulating")
+    index: dict = {}
+    for r in records:
+        if r["head_mode"] != head_mode:
+            continue
+        if r["eval_len"] % r["train_len"]:
+            raise ValueError(f"eval_len {r['eval_len']} is not a multiple of train_len {r['train_len']}")
+        key = (r["encoding"], r["eval_len"] // r["train_len"], bool(r["bca"]), r["layer"])
+        cell = index.setdefault(key, {})
+        if r["seed"] in cell:
+            raise ValueError(f"two records for {({k: r[k] for k in RECORD_KEYS})}")
+        cell[r["seed"]] = r
+    if not index:
+        raise ValueError(f"no records with head_mode {head_mode!r}")
+    return index
+
+
+def _stat(cell: dict | None, value: str) -> Stat | None:
+    """Stat over seeds of ``value`` in a {seed: record} cell; None if absent or not measured."""
+    if not cell or any(record[value] is None for record in cell.values()):
+        return None
+    return Stat.of({seed: record[value] for seed, record in cell.items()})
+
+
+def _ordered(encodings) -> list[str]:
+    return [e for e in ROW_ORDER if e in encodings] + sorted(set(encodings) - set(ROW_ORDER))
+
+
+def pair_table(records, head_mode: str = "mean-scores") -> list[dict]:
+    """One row per encoding: R and perplexity at every measured length, with and without BCA, as
+    seed means ± spread (layer mean, as in Table 3), next to the paper's values where it has them."""
+    index = _index(records, head_mode)
+    multiples = sorted({k for _, k, _, _ in index})
+    rows = []
+    for encoding in _ordered({e for e, _, _, _ in index}):
+        seeds = {s for (e, _, _, _), cell in index.items() if e == encoding for s in cell}
+        row = {"encoding": encoding, "seeds": len(seeds)}
+        for k in multiples:
+            for bca in (False, True):
+                cell = index.get((encoding, k, bca, "mean"))
+                tag = "+BCA" if bca else ""
+                row[f"R({length_label(k)}){tag}"] = _stat(cell, "resolution")
+                row[f"ppl({length_label(k)}){tag}"] = _stat(cell, "perplexity")
+                if k > 1:
+                    row[f"ppl({length_label(k)}) past L{tag}"] = _stat(cell, "perplexity_past_L")
+        for column, value in PAPER_TABLE3.get(encoding, {}).items():
+            row[f"paper {column}"] = value
+        rows.append(row)
+    return rows
+
+
+def _ratio_stat(numerator: Stat | None, denominator: Stat | None) -> Stat | None:
+    """Per-seed ratios numerator/denominator; None when either is missing or a denominator is ≤ 0."""
+    if numerator is None or denominator is None or min(denominator.values) <= 0:
+        return None
+    if numerator.seeds != denominator.seeds:
+        raise ValueError(f"cannot pair per-seed values: seeds {numerator.seeds} and {denominator.seeds} differ")
+    return Stat.of({s: n / d for s, n, d in zip(numerator.seeds, numerator.values, denominator.values)})
+
+
+def bca_table(records, head_mode: str = "mean-scores") -> list[dict]:
+    """:func:`pair_table` plus "BCA ×(kL)" columns: R(kL)+BCA / R(kL) per seed (the paper's xPos:
+    1.08/0.54 = 2). None where BCA was not measured (absolute encodings) or R(kL) ≤ 0."""
+    rows = pair_table(records, head_mode)
+    for row in rows:
+        for column in [c for c in row if c.startswith("R(") and not c.endswith("+BCA")]:
+            row[f"BCA ×{column[1:]}"] = _ratio_stat(row.get(f"{column}+BCA"), row[column])
+    return rows
+
+
+def layer_table(records, encoding: str, head_mode: str = "mean-scores") -> list[dict]:
+    """One row per layer of one encoding: ``{"layer": i, "R(L)": Stat, "R(2L)": Stat, ...}``."""
+    index = _index(records, head_mode)
+    cells = {(k, bca, layer): cell for (e, k, bca, layer), cell in index.items() if e == encoding and layer != "mean"}
+    if not cells:
+        raise ValueError(f"no per-layer records for encoding {encoding!r}")
+    rows = []
+    for layer in sorted({layer for _, _, layer in cells}):
+        row = {"layer": layer}
+        for k, bca in sorted({(k, bca) for k, bca, _ in cells}):
+            row[f"R({length_label(k)}){'+BCA' if bca else ''}"] = _stat(cells.get((k, bca, layer)), "resolution")
+        rows.append(row)
+    return rows
+
+
+def truncation_table(profiles: dict, train_len: int, head_mode: str = "mean-scores") -> list[dict]:
+    """Where the change at 2L comes from, from measured ŝ (``profiles = {encoding: {T: (layers, H, T)}}``
+    with T = L and 2L): R(L), R over the first L distances of the 2L profile, and R of the whole 2L profile."""
+    rows = []
+    for encoding, by_len in profiles.items():
+        if set(by_len) != {train_len, 2 * train_len}:
+            raise ValueError(f"profiles[{encoding!r}] must hold eval lengths {train_len} and {2 * train_len}, "
+                             f"got {sorted(by_len)}")
+        at_L, at_2L = by_len[train_len], by_len[2 * train_len]
+        rows.append({
+            "encoding": encoding,
+            "R(L)": float(average_resolution(at_L, head_mode)),
+            "R(2L), distances < L": float(average_resolution(at_2L[..., :train_len], head_mode)),
+            "R(2L)": float(average_resolution(at_2L, head_mode)),
+        })
+    return rows
+
+
+def _format_cell(value, digits: int) -> str:
+    def number(x: float) -> str:
+        text = f"{x:.{digits}f}"
+        return text[1:] if text.startswith("-") and float(text) == 0 else text  # no "-0.000"
+
+    if value is None:
+        return "n/a"
+    if isinstance(value, Stat):
+        return number(value.mean) if value.spread is None else f"{number(value.mean)} ± {number(value.spread)}"
+    if isinstance(value, (int, str)):  # bool included
+        return str(value)
+    if isinstance(value, float):
+        return number(value)
+    raise ValueError(f"cannot format a table cell of type {type(value).__name__}: {value!r}")
+
+
+def format_table(rows: list[dict], columns: list[str], digits: int | dict = 3) -> str:
+    """A fixed-width plain-text table of ``columns`` (first column left-aligned, the rest right).
+
+    Numbers are rounded to ``digits`` decimals (an int, or {column: digits} with 3 for the rest);
+    a Stat prints as "mean ± spread", a missing value as "n/a".
+    """
+    if not rows:
+        raise ValueError("rows is empty: nothing to format")
+    absent = [c for c in columns if all(c not in row for row in rows)]
+    if absent:
+        raise ValueError(f"columns {absent} are in no row; known: {sorted({c for row in rows for c in row})}")
+    places = {c: digits.get(c, 3) if isinstance(digits, dict) else digits for c in columns}
+    cells = [[_format_cell(row.get(c), places[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns)]
+
+    def line(items):
+        return "  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(items, widths))).rstrip()
+
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(c) for c in cells])
+
+
+def _checks(r, tolerance: float) -> dict[str, bool]:
+    """The qualitative findings of Table 3 on one set of values; ``r(encoding, multiple, bca=False)`` -> R."""
+    rivals = ("sinusoidal", "alibi")
+    return {
+        "rope_highest_at_L": r("rope", 1) > max(r(e, 1) for e in rivals),
+        "rope_lowest_at_2L": r("rope", 2) < min(r(e, 2) for e in rivals),
+        "alibi_level": abs(r("alibi", 2) - r("alibi", 1)) < tolerance * abs(r("alibi", 1)),
+        "bca_raises_rope": r("rope", 2, True) > r("rope", 2),
+        "bca_raises_xpos": r("xpos", 2, True) > r("xpos", 2),
+    }
+
+
+def reversal_checks(records, head_mode: str = "mean-scores", tolerance: float = LEVEL_TOLERANCE) -> dict[str, Check]:
+    """Does the measured table show the paper's qualitative findings (:data:`CHECK_DESCRIPTIONS`)?
+
+    Each check is evaluated on the seed means of the layer-mean R, and again on each seed that
+    has every value the check needs; ``Check(holds, seeds_holding, seeds)``.
+    """
+    index = _index(records, head_mode)
+
+    def cell(encoding, k, bca):
+        found = index.get((encoding, k, bca, "mean"))
+        if not found:
+            raise KeyError((encoding, k, bca))
+        return found
+
+    def on_means(encoding, k, bca=False):
+        try:
+            return _stat(cell(encoding, k, bca), "resolution").mean
+        except KeyError:
+            raise ValueError(f"reversal_checks needs R({length_label(k)}){'+BCA' if bca else ''} of {encoding!r} "
+                             f"({head_mode}); the records have none") from None
+
+    holds = _checks(on_means, tolerance)
+    seeds = sorted({s for cell_ in index.values() for s in cell_})
+    per_seed = []
+    for seed in seeds:
+        try:
+            per_seed.append(_checks(lambda e, k, bca=False: cell(e, k, bca)[seed]["resolution"], tolerance))
+        except KeyError:  # this seed lacks a value some check needs
+            continue
+    return {name: Check(holds[name], sum(p[name] for p in per_seed), len(per_seed)) for name in holds}
+
+
+def format_checks(checks: dict[str, Check]) -> str:
+    """One line per check: its description, True/False on the seed means, and the seed count."""
+    width = max(len(CHECK_DESCRIPTIONS[name]) for name in checks)
+    return "\n".join(f"{CHECK_DESCRIPTIONS[name]:<{width}}  {str(c.holds):<5}  (true in {c.seeds_holding} of "
+                     f"{c.seeds} seeds)" for name, c in checks.items())
+
+
+def record_mismatches(measured, shipped, tol: float = 1e-6) -> list[str]:
+    """Where two lists of records differ: keys present in one only, or a value off by more than
+    ``tol`` (relative or absolute). An empty list means they agree."""
+    def by_key(records, name):
+        keyed = {}
+        for r in records:
+            key = tuple(r[k] for k in RECORD_KEYS)
+            if key in keyed:
+                raise ValueError(f"{name} holds two records for {dict(zip(RECORD_KEYS, key))}")
+            keyed[key] = r
+        return keyed
+
+    a, b = by_key(measured, "measured"), by_key(shipped, "shipped")
+    out = [f"only in {name}: {dict(zip(RECORD_KEYS, key))}" for name, keys in
+           (("measured", a.keys() - b.keys()), ("shipped", b.keys() - a.keys())) for key in sorted(keys, key=str)]
+    for key in sorted(a.keys() & b.keys(), key=str):
+        for value in RECORD_VALUES:
+            x, y = a[key][value], b[key][value]
+            if (x is None) != (y is None) or (x is not None and not math.isclose(x, y, rel_tol=tol, abs_tol=tol)):
+                out.append(f"{value} differs at {dict(zip(RECORD_KEYS, key))}: measured {x}, shipped {y}")
+    return out

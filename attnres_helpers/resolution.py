@@ -77,38 +77,48 @@ def resolution(s, boundary: str = "zero"):
     return _back(squares - cross, was_numpy)
 
 
+CHUNK_ELEMENTS = 1 << 22  # matrices are summed in chunks of about this many entries (16 MiB in float32)
+
+
 def _diagonal_sums(logits: torch.Tensor):
     """Sums and counts of the finite entries on each causal sub-diagonal.
 
     ``logits (..., T, T)`` laid out [query i, key j]; returns ``(sums, counts)``, each
-    ``(..., T)``, where index n covers the pairs (i, i−n). The matrix is copied once,
-    behind T−1 zeros, into a flat buffer and its upper triangle zeroed in place; viewed
-    with strides (T+1, 1), row i of that buffer holds X[i, i−(T−1)+m] at column m, so
-    summing the rows gives every sub-diagonal at once, reading memory in order.
+    ``(..., T)``, where index n covers the pairs (i, i−n). Each matrix is copied, behind
+    T−1 zeros, into a flat buffer and its upper triangle zeroed in place; viewed with
+    strides (T+1, 1), row i of that buffer holds X[i, i−(T−1)+m] at column m, so summing
+    the rows gives every sub-diagonal at once, reading memory in order. Matrices go through
+    one reused buffer in chunks, so the extra memory is about one chunk (or one matrix).
     """
     T = logits.shape[-1]
     batch = logits.shape[:-2]
-
-    def by_diagonal(lower_tri):  # (M, T-1+T*T) buffer, lower triangle after T-1 zeros
-        view = lower_tri.as_strided((lower_tri.shape[0], T, T), (lower_tri.shape[1], T + 1, 1))  # (M, i, m)
-        return view.sum(-2).flip(-1).reshape(*batch, T)  # m = T-1-n, flipped to n
-
-    def lower_buffer(x, dtype):
-        buf = torch.zeros(x.numel() // (T * T), T - 1 + T * T, dtype=dtype, device=x.device)
-        body = buf[:, T - 1 :].view(-1, T, T)  # (M, T, T)
-        body.copy_(x.reshape(-1, T, T))
-        body.tril_()
-        return buf, body
-
+    matrices = logits.reshape(-1, T, T)  # (M, T, T), a view when logits is contiguous
     acc_dtype = torch.promote_types(logits.dtype, torch.float32)
-    buf, body = lower_buffer(logits, acc_dtype)
-    if bool(body.min() > float("-inf")):  # nothing masked inside the causal triangle
-        counts = torch.arange(T, 0, -1, device=logits.device, dtype=acc_dtype).expand(*batch, T)
-    else:
-        unmasked = torch.isfinite(body)  # (M, T, T)
-        body.masked_fill_(~unmasked, 0.0)
-        counts = by_diagonal(lower_buffer(unmasked, acc_dtype)[0])
-    return by_diagonal(buf), counts
+    chunk = max(1, CHUNK_ELEMENTS // (T * T))
+    buf = torch.zeros(min(chunk, matrices.shape[0]), T - 1 + T * T, dtype=acc_dtype, device=logits.device)
+    sums = torch.empty(matrices.shape[0], T, dtype=acc_dtype, device=logits.device)
+    counts = torch.arange(T, 0, -1, dtype=acc_dtype, device=logits.device).repeat(matrices.shape[0], 1)
+
+    def by_diagonal(b):  # (c, T-1+T*T) buffer: T-1 zeros, then a lower triangle -> (c, T)
+        view = b.as_strided((b.shape[0], T, T), (b.shape[1], T + 1, 1))  # (c, i, m)
+        return view.sum(-2).flip(-1)  # m = T-1-n, flipped to n
+
+    for start in range(0, matrices.shape[0], chunk):
+        block = matrices[start : start + chunk]  # (c, T, T)
+        b = buf[: block.shape[0]]
+        body = b[:, T - 1 :].view(-1, T, T)  # (c, T, T)
+        body.copy_(block)
+        body.tril_()
+        if bool(body.min() == float("-inf")):  # masked pairs inside the causal triangle
+            unmasked = torch.isfinite(body)  # (c, T, T)
+            body.masked_fill_(~unmasked, 0.0)
+            sums[start : start + chunk] = by_diagonal(b)
+            body.copy_(unmasked)
+            body.tril_()
+            counts[start : start + chunk] = by_diagonal(b)
+        else:
+            sums[start : start + chunk] = by_diagonal(b)
+    return sums.reshape(*batch, T), counts.reshape(*batch, T)
 
 
 def _check_logits(logits: torch.Tensor) -> None:

@@ -30,16 +30,18 @@ sys.path.insert(0, str(ROOT))
 
 from attnres_helpers.data import load_splits  # noqa: E402
 from attnres_helpers.measure import measure_model  # noqa: E402
-from attnres_helpers.model import preset  # noqa: E402
+from attnres_helpers.model import ModelConfig  # noqa: E402
 from attnres_helpers.train import train  # noqa: E402
 
-BASE = {"model": {"train_len": 64}, "train": {"steps": 400, "batch_tokens": 4096, "lr": 2e-3, "warmup": 40}}
+# Spelled out in full, so that the sweep does not move when the shipped preset changes.
+BASE = {"model": {"train_len": 64, "n_layer": 4, "n_head": 4, "d_model": 128}, "train": {"steps": 400, "batch_tokens": 4096, "lr": 2e-3, "warmup": 40}}
 
 # name -> changes from BASE (model fields, training settings)
 POINTS = {
     "base": {},
     "L32": {"model": {"train_len": 32}},
     "L128": {"model": {"train_len": 128}},
+    "steps200": {"train": {"steps": 200, "warmup": 20}},
     "steps800": {"train": {"steps": 800, "warmup": 80}},
     "width64": {"model": {"d_model": 64, "n_head": 4}},
     "depth2": {"model": {"n_layer": 2}},
@@ -47,7 +49,7 @@ POINTS = {
     "ropebase500": {"model": {"rope_base": 500.0}},
     "lr1e-3": {"train": {"lr": 1e-3}},
 }
-ENCODINGS = ("rope", "alibi", "sinusoidal", "xpos")
+ENCODINGS = ("rope", "alibi", "sinusoidal", "xpos")  # xPos is only needed where BCA is checked
 SWEEP_DIR = ROOT / "data" / "sweep"  # one records file a point: <point>.json
 
 
@@ -65,6 +67,47 @@ def write_atomic(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+def summarise(head_modes=("mean-scores", "mean-R")) -> str:
+    """A markdown summary of every point swept so far: the pairs, and which findings of Table 3 hold."""
+    from attnres_helpers.tables import LEVEL_TOLERANCE, format_table, pair_table
+
+    lines = ["# Sweep summary", "", "Written by `python scripts/sweep.py --summary` from data/sweep/*.json. "
+             "Seed 0 unless stated; R is the layer mean (boundary \"zero\"); train_s is the training wall "
+             "time of one model on the machine and load it ran on (two sweeps shared 2 busy cores, one "
+             "torch thread each).", ""]
+    for name in POINTS:
+        path = SWEEP_DIR / f"{name}.json"
+        if not path.is_file():
+            continue
+        records = json.loads(path.read_text())
+        model_changes, train_settings = point_settings(name)
+        lines += [f"## {name}", "", f"model {model_changes}, training {train_settings}", ""]
+        times = {}
+        for r in records:
+            times.setdefault(r["encoding"], r["train_wall_s"])
+        for head_mode in head_modes:
+            rows = pair_table(records, head_mode)
+            r = {row["encoding"]: row for row in rows}
+            for row in rows:
+                row["train_s"] = round(times[row["encoding"]])
+            lines += [f"{head_mode}:", "", "```", format_table(rows, ["encoding", "R(L)", "R(2L)", "R(2L)+BCA",
+                      "ppl(L)", "ppl(2L) past L", "train_s"], digits=4), "```", ""]
+            mean = lambda e, col: r[e][col].mean if e in r and r[e].get(col) else None  # noqa: E731
+            found = []
+            trio = [e for e in ("rope", "sinusoidal", "alibi") if e in r]
+            if len(trio) == 3:
+                found.append(f"RoPE highest R(L): {mean('rope', 'R(L)') > max(mean(e, 'R(L)') for e in trio[1:])}")
+                found.append(f"RoPE lowest R(2L): {mean('rope', 'R(2L)') < min(mean(e, 'R(2L)') for e in trio[1:])}")
+            if "alibi" in r:
+                level = abs(mean("alibi", "R(2L)") / mean("alibi", "R(L)") - 1) < LEVEL_TOLERANCE
+                found.append(f"ALiBi level (±{LEVEL_TOLERANCE:.0%}): {level}")
+            for e in ("rope", "xpos"):
+                if e in r and mean(e, "R(2L)+BCA") is not None:
+                    found.append(f"BCA raises {e} at 2L: {mean(e, 'R(2L)+BCA') > mean(e, 'R(2L)')}")
+            lines += ["; ".join(found), ""]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--points", nargs="+", default=list(POINTS), choices=list(POINTS))
@@ -72,7 +115,12 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--windows", type=int, default=32, help="held-out windows per length")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is much faster on a busy machine)")
+    ap.add_argument("--summary", action="store_true", help="only write data/sweep/SUMMARY.md from the records")
     args = ap.parse_args(argv)
+    if args.summary:
+        (SWEEP_DIR / "SUMMARY.md").write_text(summarise())
+        print((SWEEP_DIR / "SUMMARY.md").read_text())
+        return
 
     torch.set_num_threads(args.threads)
     _, val_tokens = load_splits()
@@ -85,7 +133,7 @@ def main(argv=None) -> None:
             for encoding in args.encodings:
                 if (point, encoding, seed) in have:
                     continue
-                cfg = preset("default", encoding=encoding, **model_changes)
+                cfg = ModelConfig(encoding=encoding, **model_changes)
                 out = ROOT / "runs" / "sweep" / point / f"{encoding}-s{seed}"
                 t0 = time.perf_counter()
                 model, summary = train(cfg, seed=seed, out_dir=out, checkpoint_every=0, progress=False,

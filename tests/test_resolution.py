@@ -8,6 +8,7 @@ Closed forms used below, for the geometric profile s[n] = -m·n with x = e^{-m},
 """
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -281,6 +282,18 @@ def test_masked_pairs_drop_out_with_a_block_mask():
     expected_counts = [sum(allowed[i, i - n] for i in range(n, T)) for n in range(T)]
     assert counts.tolist() == expected_counts
     assert expected_counts[:6] == [12, 11, 10, 9, 6, 3] and expected_counts[6:] == [0] * 6
+
+
+def test_chunked_sums_equal_the_naive_loop(monkeypatch):
+    """Matrices go through one reused buffer in chunks: mixed masked and unmasked matrices in
+    chunks of 2 give what the naive loop gives, matrix by matrix."""
+    module = sys.modules["attnres_helpers.resolution"]  # the package re-exports a function of that name
+    monkeypatch.setattr(module, "CHUNK_ELEMENTS", 2 * 10 * 10)
+    rng = np.random.default_rng(9)
+    logits = rng.normal(size=(5, 10, 10))
+    logits[1] = np.where(bca_allowed(10, 2), logits[1], NEG_INF)  # masked in the second chunk ...
+    logits[4] = np.where(bca_allowed(10, 3), logits[4], NEG_INF)  # ... and in the last, short one
+    np.testing.assert_allclose(expected_scores(logits), naive_expected_scores(logits), rtol=1e-12)
 
 
 def test_fully_masked_distance_is_neg_inf_and_resolution_ignores_it():

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: lab test test-fast browser-test execute clean
+.PHONY: lab test test-fast browser-test execute bench clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ browser-test: $(VENV)/.installed
 # Execute every notebook headless, in place (full mode unless ATTNRES_QUICK=1 is set).
 execute: $(VENV)/.installed
 	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb
+
+# The benchmark scripts: each prints its figures and ratios measured side by side in one run.
+bench: $(VENV)/.installed
+	$(PY) benchmarks/bench_explorer.py
+	$(PY) benchmarks/bench_training.py
+	$(PY) benchmarks/bench_measure.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -3,6 +3,7 @@
     python -m attnres_helpers train --encoding rope --seed 0 [--preset default] [--steps 500] [--out DIR]
     python -m attnres_helpers reproduce [--jobs 2]   # every shipped checkpoint and data/results/
     python -m attnres_helpers measure --json         # re-measure the shipped checkpoints
+    python -m attnres_helpers family [--jobs 2]      # the configurations of notebook 05
 """
 
 import argparse
@@ -66,6 +67,14 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
     print(f"{len(records)} records written to {RESULTS}")
 
 
+def cmd_family(args: argparse.Namespace) -> None:
+    """Train and measure the family of configurations of notebook 05, write data/results/family.json."""
+    from .experiments import FAMILY_RESULTS, run_family
+
+    records = run_family(jobs=args.jobs, device=args.device)
+    print(f"{len(records)} records written to {FAMILY_RESULTS}")
+
+
 def cmd_measure(args: argparse.Namespace) -> None:
     """Measure the shipped checkpoints again and print the records (or a short summary)."""
     from .experiments import measure_checkpoints
@@ -87,6 +96,10 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--jobs", type=int, default=2, help="models trained at once (one thread each)")
     p.add_argument("--device", default="cpu", help="cpu, or cuda when available")
     p.set_defaults(func=cmd_reproduce)
+    p = subparsers.add_parser("family", help="train and measure the configurations of notebook 05 (resumable)")
+    p.add_argument("--jobs", type=int, default=2, help="models trained at once (one thread each)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda when available")
+    p.set_defaults(func=cmd_family)
     p = subparsers.add_parser("measure", help="measure the shipped checkpoints")
     p.add_argument("--json", action="store_true", help="print every record as JSON")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: torch's default")

@@ -74,7 +74,11 @@ def summarise(head_modes=("mean-scores", "mean-R")) -> str:
     lines = ["# Sweep summary", "", "Written by `python scripts/sweep.py --summary` from data/sweep/*.json. "
              "Seed 0 unless stated; R is the layer mean (boundary \"zero\"); train_s is the training wall "
              "time of one model on the machine and load it ran on (two sweeps shared 2 busy cores, one "
-             "torch thread each).", ""]
+             "torch thread each).", "",
+             "The shipped configuration is the point `depth2`: the cheapest one (about 80 s a model) that "
+             "shows every finding below that any point shows. `steps800` was not run for lack of time; "
+             "`steps200` against `base` is the steps axis. Points that change only RoPE's base train "
+             "identical ALiBi and sinusoidal models, which the identical rows show.", ""]
     for name in POINTS:
         path = SWEEP_DIR / f"{name}.json"
         if not path.is_file():

@@ -62,7 +62,7 @@ def test_reproduce_reuses_finished_runs(tiny_run, monkeypatch):
     monkeypatch.setattr(experiments, "TRAINING", {"steps": 6, "batch_tokens": 64, "lr": 1e-3, "warmup": 2})
     real_train = experiments.train
     monkeypatch.setattr(experiments, "train", lambda *a, **k: calls.append(k) or real_train(*a, **k))
-    wall = experiments.train_one("rope", 0, root)
+    wall = experiments.train_one(experiments.model_config("rope"), 0, experiments.checkpoint_dir("rope", 0, root))
     saved = json.loads((experiments.checkpoint_dir("rope", 0, root) / "config.json").read_text())
     assert calls and wall == saved["results"]["wall_s"]  # loaded, not retrained: same wall time
 

@@ -227,3 +227,67 @@ def plot_mask(mask, ax=None, title: str = "", block: int | None = None):
         ax.axvline(edge - 0.5, color="C3", linewidth=0.8)
     ax.set(xlabel="key j", ylabel="query i", title=title)
     return ax
+
+
+# --- notebook 05: does resolution predict extrapolation? ----------------------------------
+
+FAMILY_COLOURS = {"rope": "C0", "xpos": "C1", "alibi": "C2", "sinusoidal": "C3", "nope": "C4"}
+
+
+def plot_configuration_scatter(configs, predictor: str, outcome: str, ax=None, log_outcome: bool = True,
+                               label_size: float = 6):
+    """Seed means of ``outcome`` against ``predictor``, one point per configuration
+    (attnres_helpers.stats.Configuration) with the seed spread as error bars: coloured by family,
+    hollow when evaluated with BCA, labelled with its name; Spearman's ρ of the means and n in the title."""
+    from matplotlib.ticker import FuncFormatter
+
+    from .stats import spearman
+    from .tables import Stat
+
+    ax = plt.gca() if ax is None else ax
+    shown = [c for c in configs if predictor in c.values and outcome in c.values]
+    if len(shown) < 3:
+        raise ValueError(f"only {len(shown)} configurations have both {predictor!r} and {outcome!r}; need >= 3")
+    means = []
+    for c in shown:
+        x, y = Stat.of(c.values[predictor]), Stat.of(c.values[outcome])
+        colour = FAMILY_COLOURS.get(c.family, "C7")
+        ax.errorbar(x.mean, y.mean, xerr=x.spread or 0.0, yerr=y.spread or 0.0, fmt="o", ms=5, color=colour,
+                    mfc="white" if c.bca else colour, elinewidth=0.7)
+        ax.annotate(c.name, (x.mean, y.mean), xytext=(3, 3), textcoords="offset points", fontsize=label_size,
+                    color=colour)
+        means.append((x.mean, y.mean))
+    rho = spearman(*zip(*means))
+    ax.set(xlabel=predictor, ylabel=outcome + (" (log scale)" if log_outcome else ""))
+    if log_outcome:
+        ax.set_yscale("log")
+        plain = FuncFormatter(lambda value, _: f"{value:g}")  # 1.2, not 1.2×10⁰
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+    ax.set_title(f"Spearman ρ = {rho:.2f} over n = {len(shown)} configurations", fontsize="medium")
+    return ax
+
+
+def configuration_scatter_grid(configs, panels, ncols: int = 3, log_outcome: bool = True, title: str = ""):
+    """One :func:`plot_configuration_scatter` per ``(predictor, outcome)`` in ``panels``, with one
+    legend for the families and the BCA marker, and ``title`` above it."""
+    from matplotlib.lines import Line2D
+
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.2 * nrows), squeeze=False)
+    for ax, (predictor, outcome) in zip(axes.flat, panels):
+        plot_configuration_scatter(configs, predictor, outcome, ax=ax, log_outcome=log_outcome)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    families = [f for f in FAMILY_COLOURS if any(c.family == f for c in configs)]
+    handles = [Line2D([], [], marker="o", linestyle="", color=FAMILY_COLOURS[f], label=f) for f in families]
+    handles.append(Line2D([], [], marker="o", linestyle="", color="gray", mfc="white", label="evaluated with BCA"))
+    fig.tight_layout()
+    header = 0.75 if title else 0.4  # inches above the panels for the title and the legend
+    top = 1 - header / (4.2 * nrows)
+    fig.subplots_adjust(top=top * fig.subplotpars.top)
+    fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, top), ncol=len(handles), fontsize="small",
+               frameon=False)
+    if title:
+        fig.suptitle(title, y=1.0, va="top")
+    return fig

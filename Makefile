@@ -12,8 +12,9 @@ $(VENV)/.installed: requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
 
+# --allow-root only when run as root (JupyterLab refuses to start as root without it).
 lab: $(VENV)/.installed
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 # pytest over tests/ and nbval over every notebook, in quick mode (ATTNRES_QUICK=1).
 test: $(VENV)/.installed

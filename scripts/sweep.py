@@ -34,7 +34,10 @@ from attnres_helpers.model import ModelConfig  # noqa: E402
 from attnres_helpers.train import train  # noqa: E402
 
 # Spelled out in full, so that the sweep does not move when the shipped preset changes.
-BASE = {"model": {"train_len": 64, "n_layer": 4, "n_head": 4, "d_model": 128}, "train": {"steps": 400, "batch_tokens": 4096, "lr": 2e-3, "warmup": 40}}
+BASE = {
+    "model": {"train_len": 64, "n_layer": 4, "n_head": 4, "d_model": 128},
+    "train": {"steps": 400, "batch_tokens": 4096, "lr": 2e-3, "warmup": 40},
+}
 
 # name -> changes from BASE (model fields, training settings)
 POINTS = {

@@ -14,9 +14,8 @@ with the same settings it gives the same records (the notebooks check this).
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import json
-import os
+import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .data import load_splits
+from .files import write_text_atomic
 from .measure import measure_model
 from .model import ENCODINGS, ModelConfig, preset
 from .train import load_checkpoint, train
@@ -43,13 +43,6 @@ REPRODUCE_COMMAND = "python -m attnres_helpers reproduce"
 
 def checkpoint_dir(encoding: str, seed: int, root: Path = CHECKPOINTS) -> Path:
     return Path(root) / f"{encoding}-s{seed}"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def sha256sums(root: Path = CHECKPOINTS) -> str:
@@ -109,9 +102,9 @@ def reproduce(root: Path = CHECKPOINTS, results: Path = RESULTS, encodings=ENCOD
     train_all([(model_config(e), s, checkpoint_dir(e, s, root)) for e in encodings for s in seeds],
               device, jobs, progress)
     records = measure_checkpoints(root, encodings, seeds, progress=progress)
-    _write_atomic(Path(results), json.dumps({"command": REPRODUCE_COMMAND, "measure": MEASURE,
+    write_text_atomic(Path(results), json.dumps({"command": REPRODUCE_COMMAND, "measure": MEASURE,
                                              "records": records}, indent=1))
-    _write_atomic(Path(root) / "SHA256SUMS", sha256sums(root))
+    write_text_atomic(Path(root) / "SHA256SUMS", sha256sums(root))
     return records
 
 
@@ -161,7 +154,7 @@ def run_family(results: Path = FAMILY_RESULTS, seeds=SEEDS, device: str = "cpu",
         model = load_checkpoint(family_run_dir(label, seed))
         for r in measure_model(model, val_tokens, seed=seed, **MEASURE):
             records.append({"config": label, "params": FAMILY[label][1], **r})
-    _write_atomic(Path(results), json.dumps({"command": FAMILY_COMMAND, "measure": MEASURE, "training": TRAINING,
+    write_text_atomic(Path(results), json.dumps({"command": FAMILY_COMMAND, "measure": MEASURE, "training": TRAINING,
                                              "records": records}, indent=1))
     return records
 

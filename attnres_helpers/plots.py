@@ -1,30 +1,20 @@
 """Figures for the notebooks: small functions that draw on a matplotlib Axes and return it."""
 
-import os
-import tempfile
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from .encodings import resolution_pair, score_curve
+from .files import atomic_write
 from .resolution import resolution
 
 
 def save_png_atomic(fig, path, dpi: int = 100) -> Path:
-    """Write ``fig`` as a PNG at ``path`` through a temporary file in the same folder and
-    ``os.replace``, so a reader never sees a half-written file. No version metadata: same bytes on rerun."""
+    """Write ``fig`` as a PNG at ``path`` atomically (:func:`attnres_helpers.files.atomic_write`),
+    so a reader never sees a half-written file. No version metadata: same bytes on rerun."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".png")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=dpi, metadata={"Software": None})
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None}))
     return path
 
 

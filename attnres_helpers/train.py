@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from .data import eval_windows, get_batch, load_splits
+from .files import atomic_write
 from .model import ModelConfig, Transformer
 
 BETAS = (0.9, 0.98)
@@ -79,18 +79,6 @@ def evaluate_loss(model: Transformer, tokens: torch.Tensor, max_windows: int = E
 
 
 # ---------------------------------------------------------------- atomic files, checkpoints, loading
-
-def atomic_write(path: Path, write) -> None:
-    """Call write(tmp_path), fsync, then os.replace onto `path`; on any failure no partial file remains."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
 
 def _write_json(path: Path, obj: dict) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1) + "\n"))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from attnres_helpers.data import load_splits  # noqa: E402
+from attnres_helpers.files import write_text_atomic  # noqa: E402
 from attnres_helpers.measure import measure_model  # noqa: E402
 from attnres_helpers.model import ModelConfig  # noqa: E402
 from attnres_helpers.train import train  # noqa: E402
@@ -61,13 +61,6 @@ def point_settings(name: str) -> tuple[dict, dict]:
     model = {**BASE["model"], **change.get("model", {})}
     train_settings = {**BASE["train"], **change.get("train", {})}
     return model, train_settings
-
-
-def write_atomic(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
 
 
 def summarise(head_modes=("mean-scores", "mean-R")) -> str:
@@ -125,7 +118,7 @@ def main(argv=None) -> None:
     ap.add_argument("--summary", action="store_true", help="only write data/sweep/SUMMARY.md from the records")
     args = ap.parse_args(argv)
     if args.summary:
-        (SWEEP_DIR / "SUMMARY.md").write_text(summarise())
+        write_text_atomic(SWEEP_DIR / "SUMMARY.md", summarise())
         print((SWEEP_DIR / "SUMMARY.md").read_text())
         return
 
@@ -151,7 +144,7 @@ def main(argv=None) -> None:
                     r.update(point=point, train_wall_s=train_s, val_loss=summary["results"]["val_loss"],
                              **{f"train_{k}": v for k, v in train_settings.items()}, model=cfg.to_dict())
                 done += recs
-                write_atomic(path, done)
+                write_text_atomic(path, json.dumps(done, indent=1))
                 mean = {(r["eval_len"], r["bca"]): r["resolution"] for r in recs
                         if r["layer"] == "mean" and r["head_mode"] == "mean-scores"}
                 L = cfg.train_len

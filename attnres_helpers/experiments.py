@@ -59,17 +59,22 @@ def model_config(encoding: str, **overrides) -> ModelConfig:
     return preset("default", encoding=encoding, **{**MODEL, **overrides})
 
 
-def measure_checkpoints(root: Path = CHECKPOINTS, encodings=ENCODINGS, seeds=SEEDS, progress: bool = True,
-                        **measure) -> list[dict]:
-    """Records of every checkpoint under ``root`` (see attnres_helpers.measure.measure_model)."""
+def measure_runs(runs: list[tuple[Path, int, dict]], progress: bool = True, **measure) -> list[dict]:
+    """Records of every ``(checkpoint dir, seed, extra keys)`` (attnres_helpers.measure.measure_model),
+    each with its extra keys added, measured with MEASURE (or ``measure``'s overrides)."""
     settings = {**MEASURE, **measure}
     _, val_tokens = load_splits()
-    jobs = [(e, s) for e in encodings for s in seeds]
     records = []
-    for encoding, seed in tqdm(jobs, desc="measure", disable=not progress):
-        model = load_checkpoint(checkpoint_dir(encoding, seed, root))
-        records += measure_model(model, val_tokens, seed=seed, **settings)
+    for run_dir, seed, extra in tqdm(runs, desc="measure", disable=not progress):
+        model = load_checkpoint(run_dir)
+        records += [{**extra, **r} for r in measure_model(model, val_tokens, seed=seed, **settings)]
     return records
+
+
+def measure_checkpoints(root: Path = CHECKPOINTS, encodings=ENCODINGS, seeds=SEEDS, progress: bool = True,
+                        **measure) -> list[dict]:
+    """Records of every checkpoint under ``root``."""
+    return measure_runs([(checkpoint_dir(e, s, root), s, {}) for e in encodings for s in seeds], progress, **measure)
 
 
 def train_one(cfg: ModelConfig, seed: int, out_dir: Path, device: str = "cpu", threads: int = 1,
@@ -103,7 +108,7 @@ def reproduce(root: Path = CHECKPOINTS, results: Path = RESULTS, encodings=ENCOD
               device, jobs, progress)
     records = measure_checkpoints(root, encodings, seeds, progress=progress)
     write_text_atomic(Path(results), json.dumps({"command": REPRODUCE_COMMAND, "measure": MEASURE,
-                                             "records": records}, indent=1))
+                                                 "records": records}, indent=1))
     write_text_atomic(Path(root) / "SHA256SUMS", sha256sums(root))
     return records
 
@@ -148,14 +153,10 @@ def run_family(results: Path = FAMILY_RESULTS, seeds=SEEDS, device: str = "cpu",
     runs = [(model_config(FAMILY[label][0], **FAMILY[label][1]), seed, family_run_dir(label, seed))
             for label in FAMILY for seed in seeds]
     train_all(runs, device, jobs, progress)
-    _, val_tokens = load_splits()
-    records = []
-    for label, seed in tqdm([(lb, s) for lb in FAMILY for s in seeds], desc="measure", disable=not progress):
-        model = load_checkpoint(family_run_dir(label, seed))
-        for r in measure_model(model, val_tokens, seed=seed, **MEASURE):
-            records.append({"config": label, "params": FAMILY[label][1], **r})
-    write_text_atomic(Path(results), json.dumps({"command": FAMILY_COMMAND, "measure": MEASURE, "training": TRAINING,
-                                             "records": records}, indent=1))
+    records = measure_runs([(family_run_dir(label, seed), seed, {"config": label, "params": FAMILY[label][1]})
+                            for label in FAMILY for seed in seeds], progress)
+    write_text_atomic(Path(results), json.dumps({"command": FAMILY_COMMAND, "measure": MEASURE,
+                                                 "training": TRAINING, "records": records}, indent=1))
     return records
 
 

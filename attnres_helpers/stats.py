@@ -22,16 +22,14 @@ from typing import NamedTuple
 import numpy as np
 
 from .encodings import resolution_pair
-from .resolution import BOUNDARIES, HEAD_MODES
-from .tables import Stat, length_label
+from .resolution import BOUNDARIES
+from .tables import Stat, index_records, length_label
 
 FAMILIES = ("rope", "xpos", "alibi", "sinusoidal", "nope")  # a configuration's family is its encoding
 MEASURED_PREDICTORS = ("R(L)", "R(2L)", "R(2L)/R(L)")
 DESIGN_PREDICTORS = ("design R(L)", "design R(2L)")
 PREDICTORS = MEASURED_PREDICTORS + DESIGN_PREDICTORS
 OUTCOMES = ("ppl(L)", "ppl(2L)", "ppl(4L)", "ppl(2L)/ppl(L)", "ppl(2L) past L", "ppl(4L) past L")
-FAMILY_RECORD_KEYS = ("config", "encoding", "seed", "train_len", "eval_len", "bca", "head_mode", "layer",
-                      "resolution", "perplexity", "perplexity_past_L")
 N_BOOT = 2000  # bootstrap replicates
 BOOT_SEED = 0  # seed of the numpy Generator that draws them
 LEVEL = 0.95  # confidence level: the 2.5th and 97.5th percentiles of the replicates
@@ -139,20 +137,6 @@ def design_resolution(encoding: str, model: dict, L: int, bca: bool = False, hea
     return (r_L, r_L) if bca else (r_L, r_2L)
 
 
-def _check_records(records) -> int:
-    """Checks family records (keys, one training length); returns the training length L."""
-    if not isinstance(records, (list, tuple)) or not records:
-        raise ValueError("records must be a non-empty list of family records")
-    for r in records:
-        missing = [k for k in FAMILY_RECORD_KEYS if k not in r]
-        if missing:
-            raise ValueError(f"a record lacks {missing} (family records carry 'config'): {r}")
-    train_lens = {r["train_len"] for r in records}
-    if len(train_lens) != 1:
-        raise ValueError(f"records mix training lengths {sorted(train_lens)}; select one first")
-    return train_lens.pop()
-
-
 def _per_seed(cell: dict | None, value: str) -> dict | None:
     """{seed: record[value]} of a {seed: record} cell; None if absent or any value is not measured."""
     if not cell or any(record[value] is None for record in cell.values()):
@@ -179,26 +163,15 @@ def configurations(records, head_mode: str = "mean-scores", models: dict | None 
     with BCA. ``models = {label: ModelConfig dict}`` adds design R(L), design R(2L)
     (:func:`design_resolution`), the same for every seed.
     """
-    if head_mode not in HEAD_MODES:
-        raise ValueError(f"unknown head_mode {head_mode!r}; choose one of {HEAD_MODES}")
     if boundary not in BOUNDARIES:
         raise ValueError(f"unknown boundary {boundary!r}; choose one of {BOUNDARIES}")
-    L = _check_records(records)
+    index = index_records(records, head_mode, group="config")  # checks keys, one L, one encoding each
+    L = records[0]["train_len"]
+    families = {r["config"]: r["encoding"] for r in records}  # label -> encoding, in the records' order
     cells: dict = {}  # (label, bca) -> {multiple: {seed: record}}
-    families: dict = {}  # label -> encoding
-    for r in records:
-        if families.setdefault(r["config"], r["encoding"]) != r["encoding"]:
-            raise ValueError(f"configuration {r['config']!r} has records of two encodings: "
-                             f"{families[r['config']]!r} and {r['encoding']!r}")
-        if r["head_mode"] != head_mode or r["layer"] != "mean":
-            continue
-        if r["eval_len"] % L:
-            raise ValueError(f"eval_len {r['eval_len']} is not a multiple of train_len {L}")
-        by_seed = cells.setdefault((r["config"], bool(r["bca"])), {}).setdefault(r["eval_len"] // L, {})
-        if r["seed"] in by_seed:
-            raise ValueError(f"two records for configuration {r['config']!r}, bca {r['bca']}, "
-                             f"eval_len {r['eval_len']}, seed {r['seed']}")
-        by_seed[r["seed"]] = r
+    for (label, multiple, bca, layer), by_seed in index.items():
+        if layer == "mean":
+            cells.setdefault((label, bca), {})[multiple] = by_seed
     if not cells:
         raise ValueError(f"no layer-mean records with head_mode {head_mode!r}")
     if models is not None and set(families) - set(models):

@@ -88,29 +88,37 @@ def length_label(multiple: int) -> str:
     return "L" if multiple == 1 else f"{multiple}L"
 
 
-def _index(records, head_mode: str) -> dict:
-    """{(encoding, multiple, bca, layer): {seed: record}} for one head mode, after checking the records."""
+def index_records(records, head_mode: str, group: str = "encoding") -> dict:
+    """{(record[group], multiple, bca, layer): {seed: record}} for one head mode, after checking the
+    records: every key present, one training length, one encoding per group, eval lengths multiples
+    of it, no duplicates.
+    ``group`` is "encoding" for the shipped models, "config" for the family of notebook 05."""
     if head_mode not in HEAD_MODES:
         raise ValueError(f"unknown head_mode {head_mode!r}; choose one of {HEAD_MODES}")
     if not isinstance(records, (list, tuple)) or not records:
         raise ValueError("records must be a non-empty list of measurement dicts")
+    required = (group,) * (group not in RECORD_KEYS) + RECORD_KEYS + RECORD_VALUES
     for r in records:
-        missing = [k for k in RECORD_KEYS + RECORD_VALUES if k not in r]
+        missing = [k for k in required if k not in r]
         if missing:
             raise ValueError(f"a record lacks {missing}: {r}")
     train_lens = {r["train_len"] for r in records}
     if len(train_lens) != 1:
         raise ValueError(f"records mix training lengths {sorted(train_lens)}; select one before tabulating")
     index: dict = {}
+    encoding_of: dict = {}  # record[group] -> its encoding: one each
     for r in records:
+        if encoding_of.setdefault(r[group], r["encoding"]) != r["encoding"]:
+            raise ValueError(f"{group} {r[group]!r} has records of two encodings: "
+                             f"{encoding_of[r[group]]!r} and {r['encoding']!r}")
         if r["head_mode"] != head_mode:
             continue
         if r["eval_len"] % r["train_len"]:
             raise ValueError(f"eval_len {r['eval_len']} is not a multiple of train_len {r['train_len']}")
-        key = (r["encoding"], r["eval_len"] // r["train_len"], bool(r["bca"]), r["layer"])
+        key = (r[group], r["eval_len"] // r["train_len"], bool(r["bca"]), r["layer"])
         cell = index.setdefault(key, {})
         if r["seed"] in cell:
-            raise ValueError(f"two records for {({k: r[k] for k in RECORD_KEYS})}")
+            raise ValueError(f"two records for {({k: r[k] for k in (group, *RECORD_KEYS)})}")
         cell[r["seed"]] = r
     if not index:
         raise ValueError(f"no records with head_mode {head_mode!r}")
@@ -131,7 +139,7 @@ def _ordered(encodings) -> list[str]:
 def pair_table(records, head_mode: str = "mean-scores") -> list[dict]:
     """One row per encoding: R and perplexity at every measured length, with and without BCA, as
     seed means ± spread (layer mean, as in Table 3), next to the paper's values where it has them."""
-    index = _index(records, head_mode)
+    index = index_records(records, head_mode)
     multiples = sorted({k for _, k, _, _ in index})
     rows = []
     for encoding in _ordered({e for e, _, _, _ in index}):
@@ -172,7 +180,7 @@ def bca_table(records, head_mode: str = "mean-scores") -> list[dict]:
 
 def layer_table(records, encoding: str, head_mode: str = "mean-scores") -> list[dict]:
     """One row per layer of one encoding: ``{"layer": i, "R(L)": Stat, "R(2L)": Stat, ...}``."""
-    index = _index(records, head_mode)
+    index = index_records(records, head_mode)
     cells = {(k, bca, layer): cell for (e, k, bca, layer), cell in index.items() if e == encoding and layer != "mean"}
     if not cells:
         raise ValueError(f"no per-layer records for encoding {encoding!r}")
@@ -258,7 +266,7 @@ def reversal_checks(records, head_mode: str = "mean-scores", tolerance: float = 
     Each check is evaluated on the seed means of the layer-mean R, and again on each seed that
     has every value the check needs; ``Check(holds, seeds_holding, seeds)``.
     """
-    index = _index(records, head_mode)
+    index = index_records(records, head_mode)
 
     def cell(encoding, k, bca):
         found = index.get((encoding, k, bca, "mean"))

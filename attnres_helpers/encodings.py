@@ -351,8 +351,12 @@ def resolution_pair(name: str, L: int, head_mode: str = "mean-scores", boundary:
     :func:`layer_resolution` under ``head_mode`` ("mean-scores" or "mean-R").
     """
     _check_length(L, "L")
-    curve = score_curve(name, 2 * L, **params)  # (2L,) or (H, 2L)
-    return tuple(float(curve_resolution(curve[..., :N], head_mode, boundary)) for N in (L, 2 * L))
+    return curve_pair(score_curve(name, 2 * L, **params), L, head_mode, boundary)
+
+
+def curve_pair(curve, L: int, head_mode: str = "mean-scores", boundary: str = "zero") -> tuple[float, float]:
+    """(R over distances 0..L-1, R over all of ``curve``), for a curve ``(2L,)`` or ``(H, 2L)``."""
+    return tuple(float(curve_resolution(curve[..., :N], head_mode, boundary)) for N in (L, curve.shape[-1]))
 
 
 def curve_resolution(curve, head_mode: str = "mean-scores", boundary: str = "zero"):

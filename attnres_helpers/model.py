@@ -26,6 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import encodings
+
 ENCODINGS = ("sinusoidal", "rope", "xpos", "alibi", "nope")
 
 
@@ -90,8 +92,9 @@ def preset(name: str, **overrides) -> ModelConfig:
 
 
 def alibi_slopes(n_head: int) -> torch.Tensor:
-    """ALiBi's head slopes m_h = 2^{-8h/H}, h = 1..H (Press et al. 2022, §3)."""
-    return torch.tensor([2.0 ** (-8.0 * h / n_head) for h in range(1, n_head + 1)])
+    """ALiBi's head slopes m_h = 2^{-8h/H}, h = 1..H (Press et al. 2022, §3): the design-time
+    curves' :func:`attnres_helpers.encodings.alibi_slopes`, as a float32 tensor."""
+    return torch.from_numpy(encodings.alibi_slopes(n_head)).float()
 
 
 def sinusoidal_table(T: int, d: int) -> torch.Tensor:

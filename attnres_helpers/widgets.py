@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, MaxNLocator, NullLocator
 from PIL import Image as PILImage
 
-from .encodings import ENCODINGS, Param, curve_resolution, default_params, score_curve
+from .encodings import ENCODINGS, Param, curve_pair, default_params, score_curve
 from .plots import plot_resolution_pairs
 from .resolution import BOUNDARIES, HEAD_MODES
 
@@ -48,8 +48,7 @@ def explorer_state(name: str, L: int, params: dict | None = None, boundary: str 
     params = dict(params or {})
     curve = score_curve(name, 2 * L, **params)  # (2L,) or (H, 2L)
     profile = curve.mean(axis=0) if curve.ndim == 2 else curve  # (2L,)
-    r_L = float(curve_resolution(curve[..., :L], head_mode, boundary))
-    r_2L = float(curve_resolution(curve, head_mode, boundary))
+    r_L, r_2L = curve_pair(curve, L, head_mode, boundary)
     return {
         "name": name,
         "L": L,

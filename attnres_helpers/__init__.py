@@ -1,7 +1,7 @@
 """attnres: a teaching companion for attention resolution (Sun et al. 2022, xPos)."""
 
-from .encodings import ENCODINGS, default_params, resolution_pair, score_curve
-from .resolution import (
+from .encodings import DESIGN_CURVES, default_params, resolution_pair, score_curve
+from .metric import (
     BOUNDARIES,
     HEAD_MODES,
     ScoreAccumulator,
@@ -12,7 +12,7 @@ from .resolution import (
 )
 
 __all__ = [
-    "ENCODINGS",
+    "DESIGN_CURVES",
     "default_params",
     "resolution_pair",
     "score_curve",

@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from .model import ENCODINGS, PRESETS, ModelConfig
+from .model import MODEL_ENCODINGS, PRESETS, ModelConfig
 from .train import train
 
 
@@ -54,7 +54,7 @@ def _add_train_parser(subparsers) -> None:
     for field in dataclasses.fields(ModelConfig):
         if field.name != "vocab_size":
             model.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=argparse.SUPPRESS,
-                               choices=ENCODINGS if field.name == "encoding" else None,
+                               choices=MODEL_ENCODINGS if field.name == "encoding" else None,
                                help=f"the preset's if omitted (default preset: {getattr(PRESETS['default'], field.name)})")
     p.set_defaults(func=cmd_train)
 

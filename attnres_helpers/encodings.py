@@ -9,7 +9,7 @@ Every encoding has a ``scale``: a multiplier on the scores (an inverse temperatu
 R is not invariant to it (it is invariant to adding a constant), so a design-time R
 is a statement about the shape *and* the temperature you assumed.
 
-``ENCODINGS`` lists each encoding's parameters with defaults and (low, high, step)
+``DESIGN_CURVES`` lists each encoding's parameters with defaults and (low, high, step)
 ranges; :func:`score_curve` and :func:`resolution_pair` check values against it, and
 the explorer's sliders are built from it.
 """
@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from .resolution import layer_resolution, resolution
+from .metric import layer_resolution, resolution
 
 
 # --------------------------------------------------------------------------- checks
@@ -147,7 +147,7 @@ def alibi_score_curve(N: int, heads: int = 8, slope: float | None = None, scale:
 
     Returns ``(H, N)`` with the standard slopes :func:`alibi_slopes` (``heads``), or
     ``(N,)`` for one given ``slope``. Average heads with
-    :func:`attnres_helpers.resolution.layer_resolution`: ``"mean-scores"`` is one
+    :func:`attnres_helpers.metric.layer_resolution`: ``"mean-scores"`` is one
     geometric profile with the mean slope, ``"mean-R"`` averages each head's R.
     Each profile is geometric in e^{s}, so R has a closed form (see the tests).
     """
@@ -264,7 +264,7 @@ _BASE = Param(10000.0, 10.0, 1e7, 0.1, "log")
 _ROTARY_SCALE = Param(8.0, 0.0, 32.0, 0.25)
 _BIAS_SCALE = Param(1.0, 0.0, 4.0, 0.05)
 
-ENCODINGS: dict[str, Encoding] = {
+DESIGN_CURVES: dict[str, Encoding] = {
     "sinusoidal": Encoding(
         sinusoidal_score_curve,
         {"head_dim": _HEAD_DIM, "base": _BASE, "scale": _ROTARY_SCALE},
@@ -316,9 +316,9 @@ ENCODINGS: dict[str, Encoding] = {
 
 
 def _encoding(name: str) -> Encoding:
-    if name not in ENCODINGS:
-        raise ValueError(f"unknown encoding {name!r}; known encodings: {', '.join(ENCODINGS)}")
-    return ENCODINGS[name]
+    if name not in DESIGN_CURVES:
+        raise ValueError(f"unknown encoding {name!r}; known encodings: {', '.join(DESIGN_CURVES)}")
+    return DESIGN_CURVES[name]
 
 
 def default_params(name: str) -> dict:

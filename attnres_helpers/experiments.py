@@ -1,14 +1,15 @@
 """The shipped experiment: which models are trained, how they are measured, where the files go.
 
 ``reproduce()`` trains every encoding at the default configuration for every seed into
-``data/checkpoints/<encoding>-s<seed>/`` (fp16 safetensors + config.json), measures each
-one at L, 2L and 4L with and without BCA, and writes the tidy records to
-``data/results/measurements.json`` and the checkpoints' sha256 to
-``data/checkpoints/SHA256SUMS``. ``measure_checkpoints()`` re-measures the shipped files;
-with the same settings it gives the same records (the notebooks check this).
+``data/checkpoints/<encoding>-s<seed>/`` (fp16 safetensors + config.json), writes their sha256 to
+``data/checkpoints/SHA256SUMS``, measures each one at L, 2L and 4L with and without BCA, and stores
+the profiles (ŝ and per-position NLL, :mod:`attnres_helpers.store`) in ``data/results/default.safetensors``.
+``measure_checkpoints()`` verifies the shipped files against SHA256SUMS and measures them again; with
+the same settings it gives the same profiles. Records (R, perplexities) are queries over a store.
 
-    python -m attnres_helpers reproduce        # ~15 minutes on 2 CPU cores
-    python -m attnres_helpers measure --json   # the shipped checkpoints, measured again
+    python -m attnres_helpers reproduce        # trains 15 models on 2 CPU cores (README: wall time)
+    python -m attnres_helpers measure --json   # the shipped checkpoints, verified and measured again
+    python -m attnres_helpers results --json   # records from the stored profiles, no model loaded
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -25,20 +28,27 @@ from tqdm.auto import tqdm
 from .data import load_splits
 from .files import write_text_atomic
 from .measure import measure_model
-from .model import ENCODINGS, ModelConfig, preset
+from .model import MODEL_ENCODINGS, ModelConfig, preset
+from .store import Profile, load_profiles, records, save_profiles
 from .train import load_checkpoint, train
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKPOINTS = ROOT / "data" / "checkpoints"
-RESULTS = ROOT / "data" / "results" / "measurements.json"
+DATA = ROOT / "data"
+CHECKPOINTS = DATA / "checkpoints"
+STORE = DATA / "results" / "default.safetensors"
 
-# The default configuration, chosen by the sweep in scripts/sweep.py (data/sweep/SUMMARY.md): the
-# "default" model preset (L = 64, 2 layers, width 128, 4 heads) trained as below.
+# The default configuration, chosen by the sweep (data/sweep/SUMMARY.md): the "default" model preset
+# (4 layers, L = 128, width 128, 4 heads, xPos B = L/2) trained as below.
 MODEL: dict = {}  # overrides of the preset (none for the shipped run)
-TRAINING = {"steps": 400, "batch_tokens": 4096, "lr": 2e-3, "warmup": 40}
+TRAINING = {"steps": 1600, "batch_tokens": 4096, "lr": 2e-3, "warmup": 100}
 SEEDS = (0, 1, 2)
 MEASURE = {"multiples": (1, 2, 4), "n_windows": 32}
 REPRODUCE_COMMAND = "python -m attnres_helpers reproduce"
+
+
+def data_path(*parts: str) -> Path:
+    """A path inside the shipped data/ folder (the one place paths to shipped files are resolved)."""
+    return DATA.joinpath(*parts)
 
 
 def checkpoint_dir(encoding: str, seed: int, root: Path = CHECKPOINTS) -> Path:
@@ -54,44 +64,77 @@ def sha256sums(root: Path = CHECKPOINTS) -> str:
     return "\n".join(lines) + "\n"
 
 
+def verify_checkpoints(root: Path = CHECKPOINTS) -> None:
+    """Check every checkpoint file under ``root`` against ``root/SHA256SUMS``: a file that is missing,
+    extra or changed raises a ValueError naming it (a tampered config.json or weight byte is caught
+    before any model is built)."""
+    root = Path(root)
+    sums_path = root / "SHA256SUMS"
+    if not sums_path.is_file():
+        raise FileNotFoundError(f"{sums_path} is missing; regenerate the checkpoints with `{REPRODUCE_COMMAND}`")
+    expected = {}
+    for line in sums_path.read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        if len(digest) != 64 or not name:
+            raise ValueError(f"{sums_path} has a malformed line: {line!r}")
+        expected[name] = digest
+    actual = dict(reversed(line.split("  ", 1)) for line in sha256sums(root).splitlines())
+    for name in sorted(set(expected) | set(actual)):
+        if name not in actual:
+            raise ValueError(f"checkpoint file {root / name} is listed in SHA256SUMS but missing")
+        if name not in expected:
+            raise ValueError(f"checkpoint file {root / name} is not listed in SHA256SUMS")
+        if actual[name] != expected[name]:
+            raise ValueError(f"checkpoint file {root / name} does not match SHA256SUMS (corrupt or tampered)")
+
+
 def model_config(encoding: str, **overrides) -> ModelConfig:
     """The default configuration for ``encoding``, with some model fields changed."""
     return preset("default", encoding=encoding, **{**MODEL, **overrides})
 
 
-def measure_runs(runs: list[tuple[Path, int, dict]], progress: bool = True, **measure) -> list[dict]:
-    """Records of every ``(checkpoint dir, seed, extra keys)`` (attnres_helpers.measure.measure_model),
-    each with its extra keys added, measured with MEASURE (or ``measure``'s overrides)."""
-    settings = {**MEASURE, **measure}
+def run_meta(cfg: ModelConfig, seed: int, training: dict, **extra) -> dict:
+    """A run's metadata, stored beside its profiles: encoding, seed, train_len, the model config,
+    the training settings, and any extra keys (a family label, its changed parameters, the device)."""
+    return {"encoding": cfg.encoding, "seed": seed, "train_len": cfg.train_len, "model": cfg.to_dict(),
+            "training": dict(training), **extra}
+
+
+def measure_run(run: str, run_dir: Path, meta: dict, device: str = "cpu", **measure) -> list[Profile]:
+    """Profiles of the checkpoint in ``run_dir`` (its fp16 weights, as shipped), measured with MEASURE."""
     _, val_tokens = load_splits()
-    records = []
-    for run_dir, seed, extra in tqdm(runs, desc="measure", disable=not progress):
-        model = load_checkpoint(run_dir)
-        records += [{**extra, **r} for r in measure_model(model, val_tokens, seed=seed, **settings)]
-    return records
+    model = load_checkpoint(run_dir).to(device)
+    return measure_model(model, val_tokens.to(device), run, meta, **{**MEASURE, **measure})
 
 
-def measure_checkpoints(root: Path = CHECKPOINTS, encodings=ENCODINGS, seeds=SEEDS, progress: bool = True,
-                        **measure) -> list[dict]:
-    """Records of every checkpoint under ``root``."""
-    return measure_runs([(checkpoint_dir(e, s, root), s, {}) for e in encodings for s in seeds], progress, **measure)
+def measure_checkpoints(root: Path = CHECKPOINTS, encodings=MODEL_ENCODINGS, seeds=SEEDS, progress: bool = True,
+                        **measure) -> list[Profile]:
+    """Profiles of every shipped checkpoint under ``root``, after verifying SHA256SUMS."""
+    verify_checkpoints(root)
+    profiles = []
+    for e, s in tqdm([(e, s) for e in encodings for s in seeds], desc="measure", disable=not progress):
+        run_dir = checkpoint_dir(e, s, root)
+        config = json.loads((run_dir / "config.json").read_text())
+        meta = run_meta(load_checkpoint(run_dir).cfg, s, config["train"])
+        profiles += measure_run(run_dir.name, run_dir, meta, **measure)
+    return profiles
 
 
 def train_one(cfg: ModelConfig, seed: int, out_dir: Path, device: str = "cpu", threads: int = 1,
-              progress: bool = False) -> float:
-    """Train (or reuse the finished run in ``out_dir``) with TRAINING; returns the training wall time (s)."""
+              progress: bool = False, training: dict = TRAINING) -> float:
+    """Train (or reuse the finished run in ``out_dir``); returns the training wall time (s)."""
     torch.set_num_threads(threads)
-    _, summary = train(cfg, seed=seed, out_dir=out_dir, checkpoint_every=100, device=device, progress=progress,
-                       **TRAINING)
+    _, summary = train(cfg, seed=seed, out_dir=out_dir, checkpoint_every=100 if device == "cpu" else 0,
+                       device=device, progress=progress, **training)
     return summary["results"]["wall_s"]
 
 
 def train_all(runs: list[tuple[ModelConfig, int, Path]], device: str = "cpu", jobs: int = 2,
               progress: bool = True) -> None:
-    """Train every ``(cfg, seed, out_dir)``, ``jobs`` at once with one torch thread each (on 2 busy
-    cores that is far faster than one model on 2 threads). Finished runs are reused and an
+    """Train every ``(cfg, seed, out_dir)`` with TRAINING, ``jobs`` at once with one torch thread each
+    (on 2 busy cores that is far faster than one model on 2 threads). Finished runs are reused and an
     interrupted run resumes from its last checkpoint, so this can be stopped and started again."""
-    if jobs <= 1 or device != "cpu":
+    if jobs <= 1:
         for cfg, seed, out_dir in tqdm(runs, desc="train", disable=not progress):
             train_one(cfg, seed, out_dir, device, threads=torch.get_num_threads(), progress=progress)
         return
@@ -101,71 +144,109 @@ def train_all(runs: list[tuple[ModelConfig, int, Path]], device: str = "cpu", jo
             future.result()
 
 
-def reproduce(root: Path = CHECKPOINTS, results: Path = RESULTS, encodings=ENCODINGS, seeds=SEEDS,
-              device: str = "cpu", jobs: int = 2, progress: bool = True) -> list[dict]:
-    """Train (or reuse finished runs in ``root``), measure, and write the shipped results."""
+def reproduce(root: Path = CHECKPOINTS, store: Path = STORE, encodings=MODEL_ENCODINGS, seeds=SEEDS,
+              device: str = "cpu", jobs: int = 2, progress: bool = True) -> list[Profile]:
+    """Train (or reuse finished runs in ``root``), write SHA256SUMS, measure, write the store."""
     train_all([(model_config(e), s, checkpoint_dir(e, s, root)) for e in encodings for s in seeds],
               device, jobs, progress)
-    records = measure_checkpoints(root, encodings, seeds, progress=progress)
-    write_text_atomic(Path(results), json.dumps({"command": REPRODUCE_COMMAND, "measure": MEASURE,
-                                                 "records": records}, indent=1))
     write_text_atomic(Path(root) / "SHA256SUMS", sha256sums(root))
-    return records
+    profiles = measure_checkpoints(root, encodings, seeds, progress=progress)
+    save_profiles(store, profiles, {"command": REPRODUCE_COMMAND, "measure": MEASURE, "training": TRAINING})
+    return profiles
 
 
-# The family for "does resolution predict extrapolation?" (notebook 05): a label, an encoding and
-# model fields changed from the default configuration. Entries equal to a shipped model reuse its
-# checkpoint; the others train into runs/family/. BCA on and off is a second axis, at evaluation.
+@dataclass(frozen=True)
+class RunSpec:
+    """One model of a dataset: its name in the store, config, seed, where it trains, and extra metadata."""
+
+    name: str
+    cfg: ModelConfig
+    seed: int
+    out_dir: Path
+    training: dict = field(default_factory=lambda: dict(TRAINING))
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def meta(self) -> dict:
+        return run_meta(self.cfg, self.seed, self.training, **self.extra)
+
+
+def train_and_measure(spec: RunSpec, device: str = "cpu", threads: int = 1) -> list[Profile]:
+    """Train ``spec`` (reusing or resuming what its out_dir holds), then measure its fp16 checkpoint."""
+    train_one(spec.cfg, spec.seed, spec.out_dir, device, threads, training=spec.training)
+    return measure_run(spec.name, spec.out_dir, spec.meta, device)
+
+
+def run_dataset(specs: list[RunSpec], store: Path, about: dict, device: str = "cpu", jobs: int = 2,
+                progress: bool = True, deadline_s: float | None = None) -> list[Profile]:
+    """Train and measure every spec, ``jobs`` at once, and write their profiles to ``store``.
+
+    Runs already in ``store`` with the same metadata are kept, not re-run; the store is rewritten
+    (atomically) after every finished run, so a stopped run loses at most the models in flight.
+    With ``deadline_s``, runs not started by then are skipped (what finished is kept).
+    """
+    kept: list[Profile] = []
+    if Path(store).is_file():
+        wanted = {s.name: s.meta for s in specs}
+        kept = [p for p in load_profiles(store)[0] if wanted.get(p.run) == p.meta]
+    done = {p.run for p in kept}
+    todo = [s for s in specs if s.name not in done]
+    start = time.monotonic()
+    with ProcessPoolExecutor(max(1, jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(train_and_measure, s, device): s for s in todo}
+        for future in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
+            if future.cancelled():
+                continue
+            kept += future.result()
+            save_profiles(store, kept, about)
+            if deadline_s is not None and time.monotonic() - start > deadline_s:
+                for f in futures:
+                    f.cancel()
+    return kept
+
+
+# The family for "does resolution predict extrapolation?" (notebook 05; analysis plan in
+# data/results/family_plan.md, committed before these were trained): a label, an encoding and model
+# fields changed from the default configuration. Every member trains into runs/family/ (none reuses a
+# shipped checkpoint, so the whole family comes from one device). BCA on and off is a second axis, at
+# evaluation. L = 128, so xPos B runs from L/8 to 8L.
 FAMILY = {
-    "rope base 100": ("rope", {"rope_base": 100.0}),
-    "rope base 1000": ("rope", {"rope_base": 1000.0}),
-    "rope base 10000": ("rope", {}),
-    "xpos B 512": ("xpos", {}),
-    "xpos B 32": ("xpos", {"xpos_scale_base": 32.0}),  # B = L/2, the paper's ratio of B to L
-    "xpos B 32, gamma 0.1": ("xpos", {"xpos_scale_base": 32.0, "xpos_gamma": 0.1}),
-    "alibi slopes x0.5": ("alibi", {"alibi_slope_scale": 0.5}),
-    "alibi slopes x1": ("alibi", {}),
-    "alibi slopes x2": ("alibi", {"alibi_slope_scale": 2.0}),
+    **{f"rope base {b:g}": ("rope", {"rope_base": float(b)}) for b in (100, 300, 1000, 3000, 10000, 100000)},
+    **{f"xpos B {b}": ("xpos", {"xpos_scale_base": float(b)}) for b in (16, 32, 64, 128, 256, 1024)},
+    "xpos B 64, gamma 0.1": ("xpos", {"xpos_scale_base": 64.0, "xpos_gamma": 0.1}),
+    "xpos B 64, gamma 1.6": ("xpos", {"xpos_scale_base": 64.0, "xpos_gamma": 1.6}),
+    **{f"alibi slopes x{m:g}": ("alibi", {"alibi_slope_scale": float(m)}) for m in (0.25, 0.5, 1, 2, 4)},
     "sinusoidal": ("sinusoidal", {}),
     "nope": ("nope", {}),
 }
 FAMILY_RUNS = ROOT / "runs" / "family"
-FAMILY_RESULTS = ROOT / "data" / "results" / "family.json"
+FAMILY_STORE = DATA / "results" / "family.safetensors"
 FAMILY_COMMAND = "python -m attnres_helpers family"
 
 
-def family_run_dir(label: str, seed: int) -> Path:
-    """Where a family member's checkpoint lives: the shipped one when it is a default model."""
-    encoding, overrides = FAMILY[label]
-    if not overrides:
-        return checkpoint_dir(encoding, seed)
-    slug = "".join(c if c.isalnum() else "-" for c in label).strip("-")
-    return FAMILY_RUNS / f"{slug}-s{seed}"
+def slug(label: str) -> str:
+    """A label as a file and run name: letters and digits, other characters as '-'."""
+    return "".join(c if c.isalnum() else "-" for c in label).strip("-")
 
 
-def run_family(results: Path = FAMILY_RESULTS, seeds=SEEDS, device: str = "cpu", jobs: int = 2,
-               progress: bool = True) -> list[dict]:
-    """Train (or reuse) every family member for every seed, measure it, write the records.
-
-    Each record is a measure_model record plus ``config`` (the label) and ``params`` (the
-    changed model fields). Stopped midway, it resumes where it stopped.
-    """
-    runs = [(model_config(FAMILY[label][0], **FAMILY[label][1]), seed, family_run_dir(label, seed))
-            for label in FAMILY for seed in seeds]
-    train_all(runs, device, jobs, progress)
-    records = measure_runs([(family_run_dir(label, seed), seed, {"config": label, "params": FAMILY[label][1]})
-                            for label in FAMILY for seed in seeds], progress)
-    write_text_atomic(Path(results), json.dumps({"command": FAMILY_COMMAND, "measure": MEASURE,
-                                                 "training": TRAINING, "records": records}, indent=1))
-    return records
+def family_specs(seeds=SEEDS, runs_root: Path = FAMILY_RUNS, device: str = "cpu") -> list[RunSpec]:
+    """Every family member for every seed, as RunSpecs (label and changed fields in the metadata)."""
+    return [RunSpec(f"{slug(label)}-s{seed}", model_config(encoding, **params), seed,
+                    Path(runs_root) / f"{slug(label)}-s{seed}",
+                    extra={"config": label, "params": params, "device": device})
+            for label, (encoding, params) in FAMILY.items() for seed in seeds]
 
 
-def load_results(path: Path = RESULTS) -> list[dict]:
-    """The shipped records (a clear error if the file is missing or malformed)."""
+def run_family(store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu", jobs: int = 2,
+               progress: bool = True) -> list[Profile]:
+    """Train and measure every family member for every seed into ``store``; resumable."""
+    about = {"command": FAMILY_COMMAND, "measure": MEASURE, "training": TRAINING, "device": device}
+    return run_dataset(family_specs(seeds, device=device), store, about, device, jobs, progress)
+
+
+def load_results(path: Path = STORE, boundary: str = "zero") -> list[dict]:
+    """Records (:func:`attnres_helpers.store.records`) of a shipped store; a clear error if it is missing."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; regenerate it with `{REPRODUCE_COMMAND}`")
-    try:
-        return json.loads(path.read_text())["records"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"{path} is not a results file ({err}); regenerate it with `{REPRODUCE_COMMAND}`") from err
+    return records(load_profiles(path)[0], boundary)

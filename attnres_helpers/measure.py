@@ -1,24 +1,21 @@
 """Measure a trained model: ŝ[n] per layer and head, R under both head conventions, perplexity.
 
 The estimator is the paper's (Sun et al. 2022, §4.3 Eq. 11): ŝ[n] is the mean of the
-n-th causal sub-diagonal of the pre-softmax scores, averaged over held-out windows;
-R is computed per layer (heads averaged before R, ``"mean-scores"``, or R averaged over
-heads, ``"mean-R"``), then averaged over layers ("the average resolution is shown in
-Table 3"). Boundary convention: ``"zero"`` throughout.
-
-Records are tidy dicts, one per (eval_len, bca, head_mode, layer), with ``layer`` an
-int or ``"mean"``: encoding, seed, train_len, eval_len, bca, head_mode, layer,
-resolution, perplexity, perplexity_past_L.
+n-th causal sub-diagonal of the pre-softmax scores, averaged over held-out windows.
+What a measurement keeps is ŝ (layers, H, T) and the per-position NLL (T,) of the same
+windows (:class:`attnres_helpers.store.Profile`); R per layer under either head convention
+and boundary, and perplexity before and past L, are queries over them
+(:func:`attnres_helpers.store.records`).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
-from .resolution import HEAD_MODES, ScoreAccumulator, layer_resolution
+from .data import eval_windows
+from .metric import ScoreAccumulator
+from .store import Profile
 
 
 def attention_scores(model, tokens: torch.Tensor, bca: bool = False) -> list[torch.Tensor]:
@@ -60,43 +57,24 @@ def measure_windows(model, windows: torch.Tensor, bca: bool = False, batch_size:
     return {"s_hat": s_hat, "nll": nll_sum / windows.shape[0]}
 
 
-def records_from(s_hat: torch.Tensor, nll: torch.Tensor, **keys) -> list[dict]:
-    """Tidy records for one (model, eval_len, bca): both head modes, each layer and the mean."""
-    train_len = keys["train_len"]
-    ppl = math.exp(float(nll.mean()))
-    past = nll[train_len:]
-    ppl_past = math.exp(float(past.mean())) if past.numel() else None
-    out = []
-    for head_mode in HEAD_MODES:
-        per_layer = layer_resolution(s_hat, head_mode)  # (layers,)
-        layers = list(enumerate(per_layer.tolist())) + [("mean", float(per_layer.mean()))]
-        for layer, r in layers:
-            out.append(
-                {
-                    **keys,
-                    "head_mode": head_mode,
-                    "layer": layer,
-                    "resolution": r,
-                    "perplexity": ppl,
-                    "perplexity_past_L": ppl_past,
-                }
-            )
-    return out
+def measure_model(model, val_tokens: torch.Tensor, run: str, meta: dict, multiples=(1, 2, 4), n_windows: int = 32,
+                  batch_size: int = 8) -> list[Profile]:
+    """Profiles (ŝ and per-position NLL) at eval_len = k·L for k in ``multiples``, without and
+    (relative encodings) with BCA. Every eval length uses its own windows, and within one length
+    the positions < L and ≥ L come from the same windows.
 
-
-def measure_model(model, val_tokens: torch.Tensor, seed: int, multiples=(1, 2, 4), n_windows: int = 32, batch_size: int = 8) -> list[dict]:
-    """Records at eval_len = k·L for k in ``multiples``, without and (relative encodings) with BCA."""
-    from .data import eval_windows
-
+    ``meta`` is the run's metadata (seed and any other keys; encoding and train_len are taken from
+    the model). R and perplexities are then queries: :func:`attnres_helpers.store.records`.
+    """
     cfg = model.cfg
-    records = []
+    meta = {**meta, "encoding": cfg.encoding, "train_len": cfg.train_len}
+    profiles = []
     for k in multiples:
         T = k * cfg.train_len
         windows = eval_windows(val_tokens, T, n_windows)  # (n, T+1)
         for bca in (False, True):
             if bca and cfg.encoding == "sinusoidal":
-                continue  # BCA needs a relative encoding
+                continue  # BCA needs a relative encoding (model.Transformer refuses it)
             m = measure_windows(model, windows, bca=bca, batch_size=batch_size)
-            keys = dict(encoding=cfg.encoding, seed=seed, train_len=cfg.train_len, eval_len=T, bca=bca)
-            records += records_from(m["s_hat"], m["nll"], **keys)
-    return records
+            profiles.append(Profile(run, meta, T, bca, m["s_hat"].float().cpu(), m["nll"].cpu()))
+    return profiles

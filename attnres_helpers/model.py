@@ -6,7 +6,8 @@ Pre-LN blocks, tied byte embeddings, GELU MLP. The position encoding is one of
   PE(pos, 2i+1) = cos(·), added to the token embeddings (scaled by √d, §3.4).
 - ``rope``: Su et al. (RoFormer) eq. 15, q and k rotated by angle pos·θ_i, θ_i = base^{-2i/d}.
 - ``xpos``: Sun et al. 2022 eq. 9, RoPE plus q·ζ_i^{m/B}, k·ζ_i^{-n/B} with
-  ζ_i = (2i/d + γ)/(1 + γ) (γ = 0.4, B = 512 in microsoft/torchscale).
+  ζ_i = (2i/d + γ)/(1 + γ) (γ = 0.4 as in microsoft/torchscale; B = L/2 by default,
+  the paper's ratio of B = 512 to L = 1024).
 - ``alibi``: Press et al. 2022, score − m_h·(i − j), slopes m_h = 2^{-8h/H}, h = 1..H.
 - ``nope``: no positional signal; the causal mask carries position implicitly.
 
@@ -28,44 +29,62 @@ import torch.nn.functional as F
 
 from . import encodings
 
-ENCODINGS = ("sinusoidal", "rope", "xpos", "alibi", "nope")
+MODEL_ENCODINGS = ("sinusoidal", "rope", "xpos", "alibi", "nope")  # the trainable encodings
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     encoding: str = "rope"
-    train_len: int = 64  # L: the training context length
-    n_layer: int = 2
+    train_len: int = 128  # L: the training context length
+    n_layer: int = 4
     n_head: int = 4
     d_model: int = 128
     vocab_size: int = 256  # bytes
     rope_base: float = 10000.0
     xpos_gamma: float = 0.4
-    xpos_scale_base: float = 512.0
+    # xPos scale base B; None means L/2, the paper's ratio (B = 512 at L = 1024). torchscale's
+    # absolute default, 512, is available as a number. to_dict() records the resolved value.
+    xpos_scale_base: float | None = None
     alibi_slope_scale: float = 1.0  # multiplies every ALiBi slope
 
     def __post_init__(self):
-        if self.encoding not in ENCODINGS:
-            raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
+        if self.encoding not in MODEL_ENCODINGS:
+            raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(MODEL_ENCODINGS)}")
+        for name in ("train_len", "n_layer", "n_head", "d_model", "vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("rope_base", "xpos_gamma", "xpos_scale_base", "alibi_slope_scale"):
+            value = getattr(self, name)
+            if value is None and name == "xpos_scale_base":
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.train_len < 2 or self.train_len % 2:
             raise ValueError(f"train_len must be an even number >= 2 (BCA uses blocks of train_len/2), got {self.train_len}")
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         if self.head_dim % 2:
             raise ValueError(f"head_dim = d_model/n_head must be even for rotary encodings, got {self.head_dim}")
-        if self.rope_base <= 1:
-            raise ValueError(f"rope_base must be > 1, got {self.rope_base}")
-        if self.xpos_gamma <= 0 or self.xpos_scale_base <= 0:
-            raise ValueError("xpos_gamma and xpos_scale_base must be > 0")
-        if self.alibi_slope_scale < 0:
-            raise ValueError(f"alibi_slope_scale must be >= 0, got {self.alibi_slope_scale}")
+        if not 1 < self.rope_base <= 1e9:
+            raise ValueError(f"rope_base must be in (1, 1e9], got {self.rope_base}")
+        if not 0 < self.xpos_gamma <= 100 or not 0 < self.scale_base <= 1e9:
+            raise ValueError(f"xpos_gamma must be in (0, 100] and xpos_scale_base in (0, 1e9], "
+                             f"got {self.xpos_gamma} and {self.xpos_scale_base}")
+        if not 0 <= self.alibi_slope_scale <= 1e3:
+            raise ValueError(f"alibi_slope_scale must be in [0, 1000], got {self.alibi_slope_scale}")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
+    @property
+    def scale_base(self) -> float:
+        """xPos's B: ``xpos_scale_base``, or L/2 when it is None."""
+        return self.train_len / 2 if self.xpos_scale_base is None else float(self.xpos_scale_base)
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "xpos_scale_base": self.scale_base}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
@@ -78,9 +97,12 @@ class ModelConfig:
 
 PRESETS = {
     "tiny": ModelConfig(train_len=16, n_layer=2, n_head=2, d_model=32),  # tests
-    # The shipped configuration: the cheapest point of the sweep (scripts/sweep.py, "depth2") that
-    # still shows RoPE's drop, ALiBi's level pair and BCA's restoration; about 80 s a model on 1 thread.
+    # The shipped configuration (data/sweep/SUMMARY.md): 4 layers, L = 128, width 128, 4 heads.
     "default": ModelConfig(),
+    # The first round's configuration (2 layers, L = 64), kept for the sweep's history.
+    "small": ModelConfig(train_len=64, n_layer=2),
+    # The larger, GPU-trained second configuration (scripts/gpu_large.py): 8 layers, width 256, L = 256.
+    "large": ModelConfig(train_len=256, n_layer=8, n_head=4, d_model=256),
 }
 
 
@@ -143,7 +165,7 @@ class PositionInfo:
         angle = pos[:, None] * theta[None, :]  # (T, d/2)
         if cfg.encoding == "xpos":
             zeta = (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d + cfg.xpos_gamma) / (1 + cfg.xpos_gamma)
-            centred = (pos - T // 2)[:, None] / cfg.xpos_scale_base  # centred to stay in range (torchscale)
+            centred = (pos - T // 2)[:, None] / cfg.scale_base  # centred to stay in range (torchscale)
             q_scale = zeta[None, :] ** centred  # (T, d/2)
             k_scale = 1.0 / q_scale
         else:

@@ -7,7 +7,7 @@ import numpy as np
 
 from .encodings import resolution_pair, score_curve
 from .files import atomic_write
-from .resolution import resolution
+from .metric import resolution
 
 
 def save_png_atomic(fig, path, dpi: int = 100) -> Path:

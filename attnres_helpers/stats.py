@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .encodings import resolution_pair
-from .resolution import BOUNDARIES
+from .metric import BOUNDARIES
 from .tables import Stat, index_records, length_label
 
 FAMILIES = ("rope", "xpos", "alibi", "sinusoidal", "nope")  # a configuration's family is its encoding

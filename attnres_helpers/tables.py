@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .resolution import HEAD_MODES, average_resolution
+from .metric import HEAD_MODES, average_resolution
 
 # Sun et al. 2022 ("A Length-Extrapolatable Transformer"), Table 3: 24 layers, training length
 # L = 1024, resolution at 1024 (L) and 2048 (2L). Their xPos rows are LEX without BCA ("LEX − BCA",

@@ -22,9 +22,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, MaxNLocator, NullLocator
 from PIL import Image as PILImage
 
-from .encodings import ENCODINGS, Param, curve_pair, default_params, score_curve
+from .encodings import DESIGN_CURVES, Param, curve_pair, default_params, score_curve
 from .plots import plot_resolution_pairs
-from .resolution import BOUNDARIES, HEAD_MODES
+from .metric import BOUNDARIES, HEAD_MODES
 
 L_RANGE = (16, 2048, 16)  # (min, max, step) of the training-length slider; 2L reaches 4096
 COMPARE_DEFAULT = ("sinusoidal", "rope", "xpos", "alibi", "kerple-log", "t5")
@@ -247,8 +247,8 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
     if isinstance(L, bool) or not isinstance(L, int) or not L_RANGE[0] <= L <= L_RANGE[1]:
         raise ValueError(f"L must be an integer in [{L_RANGE[0]}, {L_RANGE[1]}] (the slider's range), got {L!r}")
     mode = widgets.ToggleButtons(options=["single", "compare"], value="single", description="mode")
-    encoding = widgets.Dropdown(options=list(ENCODINGS), value=name, description="encoding")
-    chosen = widgets.SelectMultiple(options=list(ENCODINGS), value=COMPARE_DEFAULT, rows=len(ENCODINGS), description="compare")
+    encoding = widgets.Dropdown(options=list(DESIGN_CURVES), value=name, description="encoding")
+    chosen = widgets.SelectMultiple(options=list(DESIGN_CURVES), value=COMPARE_DEFAULT, rows=len(DESIGN_CURVES), description="compare")
     length = widgets.IntSlider(value=L, min=L_RANGE[0], max=L_RANGE[1], step=L_RANGE[2], description="L (train)", continuous_update=False)
     length.add_class("attnres-slider-L")
     boundary = widgets.Dropdown(options=BOUNDARIES, value="zero", description="boundary")
@@ -278,11 +278,11 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         for slider in sliders.values():
             slider.close()
         sliders.clear()
-        sliders.update({key: param_slider(key, param) for key, param in ENCODINGS[encoding.value].params.items()})
+        sliders.update({key: param_slider(key, param) for key, param in DESIGN_CURVES[encoding.value].params.items()})
         for slider in sliders.values():
             slider.observe(update, names="value")
         params_box.children = tuple(sliders.values())
-        summary.value = f"<i>{html.escape(ENCODINGS[encoding.value].summary)}</i>"
+        summary.value = f"<i>{html.escape(DESIGN_CURVES[encoding.value].summary)}</i>"
         update()
 
     def switch_mode(_=None):

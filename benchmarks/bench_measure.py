@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from attnres_helpers.resolution import expected_scores  # noqa: E402
+from attnres_helpers.metric import expected_scores  # noqa: E402
 
 
 def naive_expected_scores(logits: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnres_helpers.encodings import (
-    ENCODINGS,
+    DESIGN_CURVES,
     alibi_slopes,
     default_params,
     kerple_log_score_curve,
@@ -19,7 +19,7 @@ from attnres_helpers.encodings import (
     t5_buckets,
     xpos_score_curve,
 )
-from attnres_helpers.resolution import resolution
+from attnres_helpers.metric import resolution
 
 
 def geometric_resolution(x: float, N: int, boundary: str = "zero") -> float:
@@ -156,7 +156,7 @@ def test_t5_flat_tail_lowers_resolution_with_length():
 
 
 def test_resolution_pair_is_r_over_both_prefixes():
-    for name in ENCODINGS:
+    for name in DESIGN_CURVES:
         curve = score_curve(name, 600)
         expected = [float(resolution(c if c.ndim == 1 else c.mean(0))) for c in (curve[..., :300], curve)]
         assert resolution_pair(name, 300) == pytest.approx(expected, rel=1e-12, abs=1e-15)
@@ -166,7 +166,7 @@ def test_resolution_pair_is_r_over_both_prefixes():
 
 
 def test_every_registry_range_is_valid_and_every_default_inside_it():
-    for name, encoding in ENCODINGS.items():
+    for name, encoding in DESIGN_CURVES.items():
         assert encoding.params, name
         assert "scale" in encoding.params, f"{name} has no scale"
         for key, p in encoding.params.items():
@@ -187,14 +187,14 @@ def test_every_registry_range_is_valid_and_every_default_inside_it():
 
 
 def test_registry_defaults_are_the_function_defaults():
-    for name, encoding in ENCODINGS.items():
+    for name, encoding in DESIGN_CURVES.items():
         np.testing.assert_array_equal(score_curve(name, 64), encoding.curve(64), err_msg=name)
         assert default_params(name) == {k: p.default for k, p in encoding.params.items()}
 
 
 def test_every_encoding_responds_to_scale_except_nope():
-    for name in ENCODINGS:
-        low, high = ENCODINGS[name].params["scale"].default, 2 * ENCODINGS[name].params["scale"].default
+    for name in DESIGN_CURVES:
+        low, high = DESIGN_CURVES[name].params["scale"].default, 2 * DESIGN_CURVES[name].params["scale"].default
         moved = resolution_pair(name, 256, scale=low) != resolution_pair(name, 256, scale=high)
         assert moved == (name != "nope"), name
 

@@ -7,7 +7,7 @@ import torch
 
 from attnres_helpers.measure import attention_scores, measure_windows, records_from
 from attnres_helpers.model import (
-    ENCODINGS,
+    MODEL_ENCODINGS,
     ModelConfig,
     Transformer,
     alibi_slopes,
@@ -22,7 +22,7 @@ def tiny(encoding, **kw):
     return Transformer(preset("tiny", encoding=encoding, **kw)).eval()
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("encoding", MODEL_ENCODINGS)
 def test_shapes_and_capture_matches_sdpa(encoding):
     model = tiny(encoding)
     x = torch.randint(0, 256, (3, 24))
@@ -76,7 +76,7 @@ def manual_first_layer_scores(model, x):
     return s
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("encoding", MODEL_ENCODINGS)
 def test_captured_scores_equal_manual_qk_plus_bias(encoding):
     model = tiny(encoding, xpos_scale_base=8.0)  # a small B so the xPos decay is visible
     x = torch.randint(0, 256, (2, 12))
@@ -181,7 +181,7 @@ def test_bad_tokens_rejected():
         attention_scores(model, torch.randint(0, 256, (1, 1)))
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("encoding", MODEL_ENCODINGS)
 def test_measure_on_tiny_model_gives_finite_resolution(encoding):
     model = tiny(encoding)
     L = model.cfg.train_len

@@ -6,7 +6,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from attnres_helpers.resolution import resolution
+from attnres_helpers.metric import resolution
 from attnres_helpers.tables import (
     BCA_COLUMNS,
     PAIR_COLUMNS,

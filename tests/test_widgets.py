@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import ipywidgets as widgets
 
-from attnres_helpers.encodings import ENCODINGS, resolution_pair
+from attnres_helpers.encodings import DESIGN_CURVES, resolution_pair
 from attnres_helpers.widgets import (
     SingleFigure,
     compare_readout_html,
@@ -43,7 +43,7 @@ def part(root, css_class):
 # --------------------------------------------------------------------------- pure functions
 
 
-@pytest.mark.parametrize("name", list(ENCODINGS))
+@pytest.mark.parametrize("name", list(DESIGN_CURVES))
 def test_state_matches_resolution_pair_and_weights_are_distributions(name):
     state = explorer_state(name, 200, head_mode="mean-R")
     assert (state["R_L"], state["R_2L"]) == pytest.approx(resolution_pair(name, 200, head_mode="mean-R"))
@@ -106,7 +106,7 @@ def test_layout_and_contract_classes(ui):
     assert isinstance(length, widgets.IntSlider) and not length.continuous_update
     rope = explorer_state("rope", length.value)
     assert pair_in(readout.value)[:2] == (round(rope["R_L"], 4), round(rope["R_2L"], 4))  # default encoding is rope
-    for key, param in ENCODINGS["rope"].params.items():
+    for key, param in DESIGN_CURVES["rope"].params.items():
         slider = part(ui, f"attnres-slider-{key}")
         assert slider.value == pytest.approx(param.default) and not slider.continuous_update
     assert bytes(part(ui, "attnres-plot").value).startswith(JPEG)
@@ -135,7 +135,7 @@ def test_switching_encoding_rebuilds_sliders_from_the_registry():
     ui = explorer()
     dropdown = next(w for w in ui.children[0].children[1].children if isinstance(w, widgets.Dropdown))
     dropdown.value = "t5"
-    for key, param in ENCODINGS["t5"].params.items():
+    for key, param in DESIGN_CURVES["t5"].params.items():
         assert part(ui, f"attnres-slider-{key}").value == param.default
     assert find_by_class(ui, "attnres-slider-base") is None
     assert part(ui, "attnres-readout").value == readout_html(explorer_state("t5", 1024))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from attnres_helpers.encodings import ENCODINGS
+from attnres_helpers.encodings import DESIGN_CURVES
 from attnres_helpers.widgets import explorer_state, readout_html
 
 from .conftest import ARTIFACTS_DIR, REPO_ROOT
@@ -181,7 +181,7 @@ def test_explorer_slider_updates_readout(page, lab, lab_root):
 
         # Which encoding the notebook opened the explorer on: the one whose readout it shows.
         L_before = round(float(handle.get_attribute("aria-valuenow", timeout=deadline.ms(10))))
-        readout_of = {explorer_readout(name, L_before): name for name in ENCODINGS}
+        readout_of = {explorer_readout(name, L_before): name for name in DESIGN_CURVES}
         text_before = wait_for_readout(readout, readout_of, deadline)
         encoding = readout_of[text_before]
 

@@ -1,4 +1,4 @@
-"""Tests for attnres_helpers.resolution: R(s) (Sun et al. 2022, Eq. 3) and ŝ[n] (Eq. 11).
+"""Tests for attnres_helpers.metric: R(s) (Sun et al. 2022, Eq. 3) and ŝ[n] (Eq. 11).
 
 Closed forms used below, for the geometric profile s[n] = -m·n with x = e^{-m}, N distances
 (p_n = x^n (1-x) / (1-x^N)):
@@ -8,7 +8,7 @@ Closed forms used below, for the geometric profile s[n] = -m·n with x = e^{-m},
 """
 
 import math
-import sys
+import attnres_helpers.metric
 
 import numpy as np
 import pytest
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attnres_helpers.resolution import (
+from attnres_helpers.metric import (
     BOUNDARIES,
     HEAD_MODES,
     ScoreAccumulator,
@@ -287,8 +287,7 @@ def test_masked_pairs_drop_out_with_a_block_mask():
 def test_chunked_sums_equal_the_naive_loop(monkeypatch):
     """Matrices go through one reused buffer in chunks: mixed masked and unmasked matrices in
     chunks of 2 give what the naive loop gives, matrix by matrix."""
-    module = sys.modules["attnres_helpers.resolution"]  # the package re-exports a function of that name
-    monkeypatch.setattr(module, "CHUNK_ELEMENTS", 2 * 10 * 10)
+    monkeypatch.setattr(attnres_helpers.metric, "CHUNK_ELEMENTS", 2 * 10 * 10)
     rng = np.random.default_rng(9)
     logits = rng.normal(size=(5, 10, 10))
     logits[1] = np.where(bca_allowed(10, 2), logits[1], NEG_INF)  # masked in the second chunk ...

@@ -165,6 +165,7 @@ class RunSpec:
     out_dir: Path
     training: dict = field(default_factory=lambda: dict(TRAINING))
     extra: dict = field(default_factory=dict)
+    measure: dict = field(default_factory=lambda: dict(MEASURE))
 
     @property
     def meta(self) -> dict:
@@ -172,33 +173,54 @@ class RunSpec:
 
 
 def train_and_measure(spec: RunSpec, device: str = "cpu", threads: int = 1) -> list[Profile]:
-    """Train ``spec`` (reusing or resuming what its out_dir holds), then measure its fp16 checkpoint."""
-    train_one(spec.cfg, spec.seed, spec.out_dir, device, threads, training=spec.training)
-    return measure_run(spec.name, spec.out_dir, spec.meta, device)
+    """Train ``spec`` (reusing or resuming what its out_dir holds), then measure its fp16 checkpoint.
+    The profiles' metadata gains ``trained``: the final losses, wall time and tokens/s."""
+    torch.set_num_threads(threads)
+    _, summary = train(spec.cfg, seed=spec.seed, out_dir=spec.out_dir, checkpoint_every=100 if device == "cpu" else 0,
+                       device=device, progress=False, **spec.training)
+    trained = {k: summary["results"][k] for k in ("train_loss", "val_loss", "wall_s", "tokens_per_s", "device")}
+    return measure_run(spec.name, spec.out_dir, {**spec.meta, "trained": trained}, device, **spec.measure)
 
 
-def run_dataset(specs: list[RunSpec], store: Path, about: dict, device: str = "cpu", jobs: int = 2,
-                progress: bool = True, deadline_s: float | None = None) -> list[Profile]:
-    """Train and measure every spec, ``jobs`` at once, and write their profiles to ``store``.
+@dataclass(frozen=True)
+class Dataset:
+    """Runs whose profiles go into one store, with how they were made (``about``) and the stored dtype."""
 
-    Runs already in ``store`` with the same metadata are kept, not re-run; the store is rewritten
-    (atomically) after every finished run, so a stopped run loses at most the models in flight.
-    With ``deadline_s``, runs not started by then are skipped (what finished is kept).
+    store: Path
+    specs: list[RunSpec]
+    about: dict
+    dtype: torch.dtype = torch.float32
+
+
+def run_datasets(datasets: list[Dataset], device: str = "cpu", jobs: int = 2, progress: bool = True,
+                 deadline_s: float | None = None) -> dict[Path, list[Profile]]:
+    """Train and measure every run of every dataset, ``jobs`` at once, taking the datasets' runs in
+    turn (one of each, then the next of each), so that a deadline leaves a part of every dataset.
+    Each store is rewritten after every finished run of it, atomically: a stopped run loses only the
+    models in flight.
+
+    Runs already in a store with the same metadata are kept, not re-run. With ``deadline_s``, runs not
+    started within that many seconds are skipped, and what finished is kept.
     """
-    kept: list[Profile] = []
-    if Path(store).is_file():
-        wanted = {s.name: s.meta for s in specs}
-        kept = [p for p in load_profiles(store)[0] if wanted.get(p.run) == p.meta]
-    done = {p.run for p in kept}
-    todo = [s for s in specs if s.name not in done]
+    kept: dict[Path, list[Profile]] = {}
+    queues: list[list[tuple[Dataset, RunSpec]]] = []
+    for ds in datasets:
+        wanted = {s.name: s.meta for s in ds.specs}
+        old = load_profiles(ds.store)[0] if Path(ds.store).is_file() else []
+        kept[ds.store] = [p for p in old if p.run in wanted and
+                          {k: p.meta.get(k) for k in wanted[p.run]} == wanted[p.run]]
+        done = {p.run for p in kept[ds.store]}
+        queues.append([(ds, s) for s in ds.specs if s.name not in done])
+    todo = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
     start = time.monotonic()
     with ProcessPoolExecutor(max(1, jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(train_and_measure, s, device): s for s in todo}
+        futures = {pool.submit(train_and_measure, spec, device): ds for ds, spec in todo}
         for future in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
             if future.cancelled():
                 continue
-            kept += future.result()
-            save_profiles(store, kept, about)
+            ds = futures[future]
+            kept[ds.store] += future.result()
+            save_profiles(ds.store, kept[ds.store], ds.about, ds.dtype)
             if deadline_s is not None and time.monotonic() - start > deadline_s:
                 for f in futures:
                     f.cancel()
@@ -240,8 +262,14 @@ def family_specs(seeds=SEEDS, runs_root: Path = FAMILY_RUNS, device: str = "cpu"
 def run_family(store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu", jobs: int = 2,
                progress: bool = True) -> list[Profile]:
     """Train and measure every family member for every seed into ``store``; resumable."""
-    about = {"command": FAMILY_COMMAND, "measure": MEASURE, "training": TRAINING, "device": device}
-    return run_dataset(family_specs(seeds, device=device), store, about, device, jobs, progress)
+    return run_datasets([family_dataset(store, seeds, device)], device, jobs, progress)[Path(store)]
+
+
+def family_dataset(store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu", runs_root: Path = FAMILY_RUNS) -> Dataset:
+    """The family as a Dataset (stored in float16: 63 models × 6 profiles)."""
+    about = {"command": FAMILY_COMMAND + (f" --device {device}" if device != "cpu" else ""), "measure": MEASURE,
+             "training": TRAINING, "device": device, "plan": "data/results/family_plan.md"}
+    return Dataset(Path(store), family_specs(seeds, runs_root, device), about, torch.float16)
 
 
 def load_results(path: Path = STORE, boundary: str = "zero") -> list[dict]:

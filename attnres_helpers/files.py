@@ -13,11 +13,18 @@ def atomic_write(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # what a plain open() would give, not a temporary file's 0600
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: Path, text: str) -> None:

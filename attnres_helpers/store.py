@@ -2,7 +2,7 @@
 
 For every run (a trained model) and every (eval_len, bca) it was measured at, a store holds
 
-- ``s_hat (layers, H, T)``, float32: the §4.3 estimator of every layer and head (Sun et al. 2022, Eq. 11);
+- ``s_hat (layers, H, T)``, float32 (float16 in the large stores): the §4.3 estimator of every layer and head (Sun et al. 2022, Eq. 11);
 - ``nll (T,)``, float64: the mean next-token negative log-likelihood at each position of the same windows.
 
 One store is one safetensors file (nothing is ever unpickled): the tensors are named
@@ -43,7 +43,7 @@ class Profile:
     meta: dict  # the run's keys: encoding, seed, train_len, and any others (config, params, device, ...)
     eval_len: int
     bca: bool
-    s_hat: torch.Tensor = field(repr=False)  # (layers, H, T) float32
+    s_hat: torch.Tensor = field(repr=False)  # (layers, H, T) float32 (stored as float32 or float16)
     nll: torch.Tensor = field(repr=False)  # (T,) float64
 
     def __post_init__(self):
@@ -64,16 +64,21 @@ class Profile:
         return f"{self.run}/{self.eval_len}/{int(self.bca)}"
 
 
-def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None = None) -> None:
+def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None = None,
+                  dtype: torch.dtype = torch.float32) -> None:
     """Write ``profiles`` to one safetensors file, atomically. ``about`` (how the data were made:
-    command, training and measuring settings) goes into the header beside each run's metadata."""
+    command, training and measuring settings) goes into the header beside each run's metadata.
+    ``dtype`` is float32, or float16 for large stores (R then moves by well under 1e-3 relative);
+    either way, every R is computed from the stored values, so a store and its records agree."""
+    if dtype not in (torch.float32, torch.float16):
+        raise ValueError(f"dtype must be torch.float32 or torch.float16, got {dtype}")
     tensors, runs = {}, {}
     for p in profiles:
         if p.key + "/s_hat" in tensors:
             raise ValueError(f"two profiles for {p.key}")
         if runs.setdefault(p.run, p.meta) != p.meta:
             raise ValueError(f"run {p.run!r} has two different metadata")
-        tensors[p.key + "/s_hat"] = p.s_hat.detach().to("cpu", torch.float32).contiguous()
+        tensors[p.key + "/s_hat"] = p.s_hat.detach().to("cpu", dtype).contiguous()
         tensors[p.key + "/nll"] = p.nll.detach().to("cpu", torch.float64).contiguous()
     header = json.dumps({"about": about or {}, "runs": runs}, allow_nan=False)
     atomic_write(Path(path), lambda tmp: save_file(tensors, tmp, metadata={HEADER_KEY: header}))
@@ -100,7 +105,8 @@ def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
         key = name[: -len("/s_hat")]
         try:
             run, eval_len, bca = key.split("/")
-            profiles.append(Profile(run, runs[run], int(eval_len), bca == "1", tensors[name], tensors[key + "/nll"]))
+            profiles.append(Profile(run, runs[run], int(eval_len), bca == "1", tensors[name].float(),
+                                    tensors[key + "/nll"].double()))
         except (KeyError, ValueError) as err:
             raise ValueError(f"measurement store {path}: entry {key!r} is malformed ({err})") from err
     if not profiles:

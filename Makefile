@@ -6,10 +6,11 @@ PY := $(VENV)/bin/python
 
 .PHONY: lab test test-fast browser-test execute bench clean
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .  # the package itself: notebooks and tests import it, no sys.path edits
 	touch $@
 
 # --allow-root only when run as root (JupyterLab refuses to start as root without it).

@@ -2,8 +2,9 @@
 
     python -m attnres_helpers train --encoding rope --seed 0 [--preset default] [--steps 500] [--out DIR]
     python -m attnres_helpers reproduce [--jobs 2]   # every shipped checkpoint and data/results/
-    python -m attnres_helpers measure --json         # re-measure the shipped checkpoints
-    python -m attnres_helpers family [--jobs 2]      # the configurations of notebook 05
+    python -m attnres_helpers measure --json         # verify and re-measure the shipped checkpoints
+    python -m attnres_helpers results --json [--boundary zero|drop] [--store PATH]   # records from stored ŝ
+    python -m attnres_helpers family [--jobs 2] [--device cuda]   # the family of notebook 05
 """
 
 import argparse
@@ -15,6 +16,7 @@ import sys
 import torch
 
 from .model import MODEL_ENCODINGS, PRESETS, ModelConfig
+from .store import records
 from .train import train
 
 
@@ -24,6 +26,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(ModelConfig) if hasattr(args, f.name)}
     cfg = dataclasses.replace(PRESETS[args.preset], **overrides)
+    if args.out == "":
+        raise ValueError("--out must name a folder, got an empty string")
     out = args.out or f"runs/{args.preset}-{cfg.encoding}-L{cfg.train_len}-seed{args.seed}"
     _, summary = train(cfg, steps=args.steps, batch_tokens=args.batch_tokens, lr=args.lr, warmup=args.warmup,
                        seed=args.seed, out_dir=out, checkpoint_every=args.checkpoint_every,
@@ -47,63 +51,102 @@ def _add_train_parser(subparsers) -> None:
     p.add_argument("--checkpoint-every", type=int, default=defaults["checkpoint_every"], help="0: never")
     p.add_argument("--out", default=None, help="run directory; None: runs/<preset>-<encoding>-L<len>-seed<seed>")
     p.add_argument("--no-resume", action="store_true", help="start afresh even if --out holds a checkpoint or a finished run")
-    p.add_argument("--device", default=defaults["device"], help="cpu, or cuda when available")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: torch's default")
+    p.add_argument("--device", type=_device, default=defaults["device"], help="cpu, or cuda when available")
+    p.add_argument("--threads", type=_non_negative_int, default=0, help="torch CPU threads; 0: torch's default")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     model = p.add_argument_group("model config (overrides the preset)")
     for field in dataclasses.fields(ModelConfig):
         if field.name != "vocab_size":
-            model.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=argparse.SUPPRESS,
+            model.add_argument(f"--{field.name.replace('_', '-')}", type=float if field.name == "xpos_scale_base" else type(field.default), default=argparse.SUPPRESS,
                                choices=MODEL_ENCODINGS if field.name == "encoding" else None,
                                help=f"the preset's if omitted (default preset: {getattr(PRESETS['default'], field.name)})")
     p.set_defaults(func=cmd_train)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:
-    """Train every encoding and seed of the shipped experiment, measure them, write data/results/."""
-    from .experiments import RESULTS, reproduce
+    """Train every encoding and seed of the shipped experiment, measure them, write the store."""
+    from .experiments import STORE, reproduce
 
-    records = reproduce(jobs=args.jobs, device=args.device)
-    print(f"{len(records)} records written to {RESULTS}")
+    profiles = reproduce(jobs=args.jobs, device=args.device)
+    print(f"{len(profiles)} profiles written to {STORE}")
 
 
 def cmd_family(args: argparse.Namespace) -> None:
-    """Train and measure the family of configurations of notebook 05, write data/results/family.json."""
-    from .experiments import FAMILY_RESULTS, run_family
+    """Train and measure the family of notebook 05 into data/results/family.safetensors (resumable)."""
+    from .experiments import FAMILY_STORE, run_family
 
-    records = run_family(jobs=args.jobs, device=args.device)
-    print(f"{len(records)} records written to {FAMILY_RESULTS}")
+    profiles = run_family(jobs=args.jobs, device=args.device)
+    print(f"{len(profiles)} profiles written to {FAMILY_STORE}")
+
+
+def _print_records(recs: list[dict], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(recs, indent=1))
+        return
+    for r in recs:
+        if r["head_mode"] == "mean-scores" and r["layer"] in ("mean", "upper"):
+            past = r["perplexity_past_L"]
+            print(f"{r['run']:14s} eval_len {r['eval_len']:4d}  bca {r['bca']!s:5s}  layers {r['layer']:5s}  "
+                  f"R {r['resolution']:.4f}  ppl <L {r['perplexity_first_L']:.2f}"
+                  + (f"  ppl >=L {past:.2f}" if past is not None else ""))
 
 
 def cmd_measure(args: argparse.Namespace) -> None:
-    """Measure the shipped checkpoints again and print the records (or a short summary)."""
+    """Verify the shipped checkpoints against SHA256SUMS, measure them again, print the records."""
     from .experiments import measure_checkpoints
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    records = measure_checkpoints(progress=not args.json)
-    if args.json:
-        print(json.dumps(records, indent=1))
-        return
-    for r in records:
-        if r["layer"] == "mean" and r["head_mode"] == "mean-scores":
-            print(f"{r['encoding']:10s} seed {r['seed']}  eval_len {r['eval_len']:4d}  bca {r['bca']!s:5s}  "
-                  f"R {r['resolution']:.4f}  ppl {r['perplexity']:.2f}")
+    _print_records(records(measure_checkpoints(progress=not args.json), args.boundary), args.json)
+
+
+def cmd_results(args: argparse.Namespace) -> None:
+    """Print the records of a store (default: the shipped one) without loading any model."""
+    from .experiments import STORE
+    from .store import load_profiles
+
+    _print_records(records(load_profiles(args.store or STORE)[0], args.boundary), args.json)
 
 
 def _add_experiment_parsers(subparsers) -> None:
     p = subparsers.add_parser("reproduce", help="train and measure every shipped checkpoint")
-    p.add_argument("--jobs", type=int, default=2, help="models trained at once (one thread each)")
-    p.add_argument("--device", default="cpu", help="cpu, or cuda when available")
+    p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each)")
+    p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
     p.set_defaults(func=cmd_reproduce)
-    p = subparsers.add_parser("family", help="train and measure the configurations of notebook 05 (resumable)")
-    p.add_argument("--jobs", type=int, default=2, help="models trained at once (one thread each)")
-    p.add_argument("--device", default="cpu", help="cpu, or cuda when available")
+    p = subparsers.add_parser("family", help="train and measure the family of notebook 05 (resumable)")
+    p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
+    p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
     p.set_defaults(func=cmd_family)
-    p = subparsers.add_parser("measure", help="measure the shipped checkpoints")
-    p.add_argument("--json", action="store_true", help="print every record as JSON")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: torch's default")
-    p.set_defaults(func=cmd_measure)
+    for name, func, what in (("measure", cmd_measure, "verify and re-measure the shipped checkpoints"),
+                             ("results", cmd_results, "records from a measurement store (no model is loaded)")):
+        p = subparsers.add_parser(name, help=what)
+        p.add_argument("--json", action="store_true", help="print every record as JSON")
+        p.add_argument("--boundary", choices=("zero", "drop"), default="zero", help="R's boundary convention")
+        if name == "measure":
+            p.add_argument("--threads", type=_non_negative_int, default=0, help="torch CPU threads; 0: torch's default")
+        else:
+            p.add_argument("--store", default=None, help="a store file; default data/results/default.safetensors")
+        p.set_defaults(func=func)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _device(text: str) -> str:
+    if text != "cpu" and not (text == "cuda" or text.startswith("cuda:")):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N, got {text!r}")
+    return text
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -114,7 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError) as err:
+    except KeyboardInterrupt:
+        sys.exit("interrupted: finished models and the last checkpoint of each run are kept; "
+                 "run the same command again to resume")
+    except (ValueError, TypeError, OSError, RuntimeError) as err:  # OSError covers missing files and bad --out
         sys.exit(f"error: {err}")
 
 

@@ -11,7 +11,9 @@ is a statement about the shape *and* the temperature you assumed.
 
 ``DESIGN_CURVES`` lists each encoding's parameters with defaults and (low, high, step)
 ranges; :func:`score_curve` and :func:`resolution_pair` check values against it, and
-the explorer's sliders are built from it.
+the explorer's sliders are built from it. Called directly, the curve functions bound
+every scale-like parameter (``scale``, ALiBi's ``slope``, KERPLE's ``p`` and ``a``, T5's
+``bias_decay``) by :data:`SCALE_LIMIT` in magnitude.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from .metric import layer_resolution, resolution
 
 # --------------------------------------------------------------------------- checks
 
+SCALE_LIMIT = 1e6
+"""Bound on |scale-like parameter| for the curve functions. Far past any sensible temperature
+(from ~40 nats per distance on, the softmax puts all its weight on n = 0 and R is 1 to float64
+precision), and small enough that s[n] and the differences the softmax takes stay finite."""
+
 
 def _check_length(value, name: str = "N") -> None:
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 2:
@@ -45,6 +52,15 @@ def _check_at_least(value, name: str, low: float, strict: bool = False) -> float
     value = _check_real(value, name)
     if value < low or (strict and value == low):
         raise ValueError(f"{name} must be {'>' if strict else '>='} {low:g}, got {value:g}")
+    return value
+
+
+def _check_scale_like(value, name: str, low: float = -SCALE_LIMIT, strict: bool = False) -> float:
+    """A finite number >= ``low`` (> if ``strict``) and <= :data:`SCALE_LIMIT`."""
+    value = _check_at_least(value, name, low, strict) if low > -SCALE_LIMIT else _check_real(value, name)
+    if not -SCALE_LIMIT <= value <= SCALE_LIMIT:
+        bracket = "(" if strict else "["
+        raise ValueError(f"{name} must lie in {bracket}{low:g}, {SCALE_LIMIT:g}], got {value:g}")
     return value
 
 
@@ -87,7 +103,7 @@ def rope_score_curve(N: int, head_dim: int = 64, base: float = 10000.0, rho: flo
     rho = _check_real(rho, "rho")
     if not -1.0 <= rho <= 1.0:
         raise ValueError(f"rho is a correlation and must lie in [-1, 1], got {rho:g}")
-    return _check_real(scale, "scale") * rho * cosines.mean(axis=1)  # (N,)
+    return _check_scale_like(scale, "scale") * rho * cosines.mean(axis=1)  # (N,)
 
 
 def sinusoidal_score_curve(N: int, head_dim: int = 64, base: float = 10000.0, scale: float = 8.0):
@@ -101,7 +117,7 @@ def sinusoidal_score_curve(N: int, head_dim: int = 64, base: float = 10000.0, sc
     q·k), not in the design-time form.
     """
     cosines, _ = _rotary_cosines(N, head_dim, base)
-    return _check_real(scale, "scale") * cosines.mean(axis=1)  # (N,)
+    return _check_scale_like(scale, "scale") * cosines.mean(axis=1)  # (N,)
 
 
 def xpos_score_curve(
@@ -124,7 +140,7 @@ def xpos_score_curve(
     scale_base = _check_at_least(scale_base, "scale_base", 0.0, strict=True)
     zeta = (np.arange(0, head_dim, 2) / head_dim + gamma) / (1.0 + gamma)  # (d/2,)
     decay = np.exp(np.outer(n / scale_base, np.log(zeta)))  # (N, d/2): ζ_i^{n/B}
-    return _check_real(scale, "scale") * (cosines * decay).mean(axis=1)  # (N,)
+    return _check_scale_like(scale, "scale") * (cosines * decay).mean(axis=1)  # (N,)
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
@@ -146,17 +162,17 @@ def alibi_score_curve(N: int, heads: int = 8, slope: float | None = None, scale:
     """ALiBi (Press et al. 2022): s_h[n] = −scale · m_h · n, the bias alone (content scores equal).
 
     Returns ``(H, N)`` with the standard slopes :func:`alibi_slopes` (``heads``), or
-    ``(N,)`` for one given ``slope``. Average heads with
+    ``(N,)`` for one given ``slope`` in [0, :data:`SCALE_LIMIT`]. Average heads with
     :func:`attnres_helpers.metric.layer_resolution`: ``"mean-scores"`` is one
     geometric profile with the mean slope, ``"mean-R"`` averages each head's R.
     Each profile is geometric in e^{s}, so R has a closed form (see the tests).
     """
     _check_length(N)
-    scale = _check_real(scale, "scale")
+    scale = _check_scale_like(scale, "scale")
     if slope is None:
         slopes = alibi_slopes(heads)[:, None]  # (H, 1)
     else:
-        slopes = np.asarray(_check_at_least(slope, "slope", 0.0))
+        slopes = np.asarray(_check_scale_like(slope, "slope", 0.0))
     return -scale * slopes * np.arange(N)  # (H, N) or (N,)
 
 
@@ -169,7 +185,7 @@ def nope_score_curve(N: int, scale: float = 1.0):
     but what a NoPE model does with that is learned, not visible in its form.
     """
     _check_length(N)
-    _check_real(scale, "scale")
+    _check_scale_like(scale, "scale")
     return np.zeros(N)  # (N,)
 
 
@@ -180,9 +196,9 @@ def kerple_log_score_curve(N: int, p: float = 1.0, a: float = 1.0, scale: float 
     without bound with N, so R keeps falling as the window grows.
     """
     _check_length(N)
-    p = _check_at_least(p, "p", 0.0)
-    a = _check_at_least(a, "a", 0.0)
-    return -_check_real(scale, "scale") * p * np.log1p(a * np.arange(N))  # (N,)
+    p = _check_scale_like(p, "p", 0.0)
+    a = _check_scale_like(a, "a", 0.0)
+    return -_check_scale_like(scale, "scale") * p * np.log1p(a * np.arange(N))  # (N,)
 
 
 def kerple_power_score_curve(N: int, p: float = 0.5, a: float = 1.0, scale: float = 1.0):
@@ -194,8 +210,8 @@ def kerple_power_score_curve(N: int, p: float = 0.5, a: float = 1.0, scale: floa
     p = _check_at_least(p, "p", 0.0, strict=True)
     if p > 2.0:
         raise ValueError(f"p must lie in (0, 2] for KERPLE's power kernel, got {p:g}")
-    a = _check_at_least(a, "a", 0.0)
-    return -_check_real(scale, "scale") * a * np.arange(N, dtype=np.float64) ** p  # (N,)
+    a = _check_scale_like(a, "a", 0.0)
+    return -_check_scale_like(scale, "scale") * a * np.arange(N, dtype=np.float64) ** p  # (N,)
 
 
 def t5_buckets(N: int, num_buckets: int = 32, max_distance: int = 128) -> np.ndarray:
@@ -223,8 +239,8 @@ def t5_score_curve(N: int, num_buckets: int = 32, max_distance: int = 128, bias_
     Beyond max_distance the curve is flat, so its tail mass grows linearly with N.
     """
     buckets = t5_buckets(N, num_buckets, max_distance)
-    bias_decay = _check_at_least(bias_decay, "bias_decay", 0.0)
-    return -_check_real(scale, "scale") * bias_decay * buckets  # (N,)
+    bias_decay = _check_scale_like(bias_decay, "bias_decay", 0.0)
+    return -_check_scale_like(scale, "scale") * bias_decay * buckets  # (N,)
 
 
 # --------------------------------------------------------------------------- registry
@@ -316,6 +332,11 @@ DESIGN_CURVES: dict[str, Encoding] = {
 
 
 def _encoding(name: str) -> Encoding:
+    if not isinstance(name, str):
+        raise ValueError(
+            f"the encoding name must be a string, got {type(name).__name__} {name!r}; "
+            f"known encodings: {', '.join(DESIGN_CURVES)}"
+        )
     if name not in DESIGN_CURVES:
         raise ValueError(f"unknown encoding {name!r}; known encodings: {', '.join(DESIGN_CURVES)}")
     return DESIGN_CURVES[name]
@@ -355,7 +376,22 @@ def resolution_pair(name: str, L: int, head_mode: str = "mean-scores", boundary:
 
 
 def curve_pair(curve, L: int, head_mode: str = "mean-scores", boundary: str = "zero") -> tuple[float, float]:
-    """(R over distances 0..L-1, R over all of ``curve``), for a curve ``(2L,)`` or ``(H, 2L)``."""
+    """(R over distances 0..L-1, R over all of ``curve``), for a curve ``(2L,)`` or ``(H, 2L)``.
+
+    The curve must hold exactly 2L distances on its last axis (as :func:`resolution_pair`
+    and the explorer build it); any other length raises ValueError, since the second
+    number would then not be R at 2L.
+    """
+    _check_length(L, "L")
+    if not hasattr(curve, "shape"):
+        curve = np.asarray(curve, dtype=np.float64)
+    if curve.ndim not in (1, 2):
+        raise ValueError(f"curve must have shape (2L,) or (H, 2L), got shape {tuple(curve.shape)}")
+    if curve.shape[-1] != 2 * L:
+        raise ValueError(
+            f"curve must have 2L = {2 * L} distances on its last axis for L = {L}, got {curve.shape[-1]} "
+            f"(shape {tuple(curve.shape)})"
+        )
     return tuple(float(curve_resolution(curve[..., :N], head_mode, boundary)) for N in (L, curve.shape[-1]))
 
 

@@ -30,11 +30,12 @@ def _as_tensor(x):
         if x.is_complex():
             raise ValueError(f"scores must be real numbers, got dtype {x.dtype}")
         return x, False
-    if isinstance(x, (np.ndarray, list, tuple, float, int)):
+    if isinstance(x, (np.ndarray, np.generic, list, tuple, float, int)):
         arr = np.asarray(x)
         if arr.dtype.kind not in "fiub":
             raise ValueError(f"scores must be numeric, got dtype {arr.dtype}")
-        return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64)), True
+        # np.require, unlike np.ascontiguousarray, keeps a 0-d array 0-d (the checks then name it)
+        return torch.from_numpy(np.require(arr, dtype=np.float64, requirements="C")), True
     raise ValueError(f"expected a numpy array or a torch tensor, got {type(x).__name__}")
 
 
@@ -44,7 +45,10 @@ def _back(t: torch.Tensor, was_numpy: bool):
 
 def _check_scores(s: torch.Tensor, what: str = "scores") -> None:
     if s.ndim == 0:
-        raise ValueError(f"{what} must have at least one axis (distances last), got a scalar")
+        raise ValueError(
+            f"{what} must be an array with at least one axis (distances last, at least 2 distances), "
+            "got a scalar (0-d array)"
+        )
     if s.numel() == 0:
         raise ValueError(f"{what} are empty (shape {tuple(s.shape)})")
     if s.shape[-1] < 2:
@@ -142,17 +146,45 @@ def _mean_from(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     return torch.where(counts > 0, sums / counts.clamp(min=1), neg_inf)
 
 
+def _overflowed(sums: torch.Tensor, counts: torch.Tensor) -> bool:
+    """Whether a sum over unmasked (finite) entries came out ±inf or NaN: only overflow does that."""
+    return bool((~torch.isfinite(sums) & (counts > 0)).any())
+
+
+def _overflow_error(what: str, dtype) -> ValueError:
+    return ValueError(
+        f"{what} are too large to average: a sum along a sub-diagonal overflows {dtype} "
+        "(finite inputs, non-finite total); rescale them (R is invariant to adding a constant, not to scaling)"
+    )
+
+
+def _checked_diagonal_sums(logits: torch.Tensor):
+    """:func:`_diagonal_sums`, redone in float64 if a narrower accumulator overflowed; raises if float64 does too."""
+    sums, counts = _diagonal_sums(logits)
+    if _overflowed(sums, counts):
+        if sums.dtype != torch.float64:
+            wide_sums, wide_counts = _diagonal_sums(logits.double())
+            if not _overflowed(wide_sums, wide_counts):
+                return wide_sums, wide_counts
+        raise _overflow_error("logits", torch.float64)
+    return sums, counts
+
+
 def expected_scores(logits):
     """The §4.3 estimator ŝ[n] = 1/(N−n) Σ_{i=n}^{N−1} e_{i(i−n)}: ``(..., T, T) -> (..., T)``.
 
     The mean of the n-th causal sub-diagonal of pre-softmax scores laid out
     [query, key]. Masked (-inf) pairs drop out of the mean; a distance with no
     unmasked pair gets ŝ[n] = -inf, which R then ignores.
+
+    Finite logits so large (|e| near 1e308) that a sub-diagonal's sum overflows float64
+    raise ValueError ("too large to average ... overflow") rather than return ±inf.
     """
     t, was_numpy = _as_tensor(logits)
     _check_logits(t)
-    sums, counts = _diagonal_sums(t)
-    return _back(_mean_from(sums, counts), was_numpy)
+    sums, counts = _checked_diagonal_sums(t)
+    # after a float64 retry, back to the usual accumulator dtype: a mean is no larger than its entries
+    return _back(_mean_from(sums, counts).to(torch.promote_types(t.dtype, torch.float32)), was_numpy)
 
 
 class ScoreAccumulator:
@@ -173,8 +205,10 @@ class ScoreAccumulator:
         _check_logits(t)
         if t.ndim < 3:
             raise ValueError(f"update expects (B, ..., T, T) with a batch axis first, got shape {tuple(t.shape)}")
-        sums, counts = _diagonal_sums(t.detach())
+        sums, counts = _checked_diagonal_sums(t.detach())
         sums, counts = sums.double().sum(0), counts.double().sum(0)
+        if _overflowed(sums, counts):
+            raise _overflow_error("logits", torch.float64)
         if self._sums is None:
             self._sums, self._counts = sums, counts
         elif sums.shape != self._sums.shape:
@@ -191,7 +225,26 @@ class ScoreAccumulator:
     def mean(self):
         if self._sums is None:
             raise ValueError("no logits seen yet: call update() first")
+        if _overflowed(self._sums, self._counts):
+            raise _overflow_error("logits summed over batches", torch.float64)
         return _back(_mean_from(self._sums, self._counts), self._was_numpy)
+
+
+def _mean_over_heads(t: torch.Tensor) -> torch.Tensor:
+    """ŝ averaged over the head axis (-2), each distance over the heads where it is not masked.
+
+    A -inf (masked) entry drops out of that distance's mean; a distance that is -inf in
+    every head stays -inf. NaN and +inf are kept, so :func:`resolution` still rejects them.
+    Each entry is divided by its count before the sum, so finite scores never overflow.
+    """
+    kept = ~torch.isneginf(t)  # (..., H, N)
+    counts = kept.sum(-2, keepdim=True).to(t.dtype)  # (..., 1, N)
+    parts = torch.where(kept, t / counts.clamp(min=1), torch.zeros((), dtype=t.dtype, device=t.device))
+    mean = parts.sum(-2)  # (..., N)
+    counts = counts.squeeze(-2)
+    if bool((torch.isfinite(t) | ~kept).all()) and _overflowed(mean, counts):
+        raise ValueError(f"per-head scores are too large to average over heads: the mean overflows {t.dtype}")
+    return torch.where(counts > 0, mean, torch.full_like(mean, float("-inf")))
 
 
 def layer_resolution(s_hat, head_mode: str = "mean-scores", boundary: str = "zero"):
@@ -199,16 +252,24 @@ def layer_resolution(s_hat, head_mode: str = "mean-scores", boundary: str = "zer
 
     ``"mean-scores"`` averages ŝ over heads, then takes R; ``"mean-R"`` takes R per head,
     then averages. The paper does not say which it used.
+
+    Masked distances under ``"mean-scores"``: at each distance n, ŝ[n] is averaged over
+    only the heads where ŝ[n] is finite (not -inf), so one head that cannot see distance
+    n does not wipe it out for the others (a plain mean would give -inf there); a
+    distance that is -inf in every head stays -inf, and R ignores it. With no masking
+    this is the plain mean over heads.
     """
     if head_mode not in HEAD_MODES:
         raise ValueError(f"unknown head_mode {head_mode!r}; choose one of {HEAD_MODES}")
     t, was_numpy = _as_tensor(s_hat)
     if t.ndim < 2:
         raise ValueError(f"per-head scores need shape (..., H, N), got {tuple(t.shape)}")
+    if t.numel() == 0:
+        raise ValueError(f"per-head scores are empty (shape {tuple(t.shape)}); need shape (..., H, N) with H >= 1, N >= 2")
     if not t.is_floating_point():
         t = t.double()  # integer tensors cannot be averaged over heads
     if head_mode == "mean-scores":
-        out = resolution(t.mean(-2), boundary)
+        out = resolution(_mean_over_heads(t), boundary)
     else:
         out = resolution(t, boundary).mean(-1)
     return _back(out, was_numpy)

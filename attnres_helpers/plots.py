@@ -18,7 +18,7 @@ def save_png_atomic(fig, path, dpi: int = 100) -> Path:
     return path
 
 
-# --- notebook 01: deriving resolution ---------------------------------------------------
+# --- example score profiles, and R against temperature ----------------------------------
 
 
 def example_profiles(N: int) -> dict:
@@ -73,13 +73,14 @@ def readme_resolution_figure(N: int = 64, n_temperatures: int = 61):
     return fig
 
 
-# --- notebook 02: design-time curves of the encodings ------------------------------------
+# --- design-time curves of the encodings ------------------------------------------------
 
 
 def plot_design_curve(name: str, L: int, ax=None, boundary: str = "zero", head_mode: str = "mean-scores", **params):
     """Design-time s[n] of one encoding over distances 0..2L−1 (ALiBi: heads thin, head mean bold),
     the training length L dashed, and the pair (R(L), R(2L)) in the title."""
     ax = plt.gca() if ax is None else ax
+    r_L, r_2L = resolution_pair(name, L, head_mode, boundary, **params)  # checks L (as given) first
     curve = score_curve(name, 2 * L, **params)  # (2L,) or (H, 2L)
     n = np.arange(2 * L)
     if curve.ndim == 2:
@@ -88,7 +89,6 @@ def plot_design_curve(name: str, L: int, ax=None, boundary: str = "zero", head_m
     else:
         ax.plot(n, curve, color="C0")
     ax.axvline(L, color="k", linestyle="--", linewidth=1)
-    r_L, r_2L = resolution_pair(name, L, head_mode, boundary, **params)
     ax.set(xlabel="distance n", ylabel="s[n]", xlim=(0, 2 * L))
     ax.set_title(f"{name}: R(L) = {r_L:.4f}, R(2L) = {r_2L:.4f}", fontsize="medium")
     return ax
@@ -118,7 +118,7 @@ def encoding_gallery(L: int, names, ncols: int = 4, boundary: str = "zero", head
     return fig
 
 
-# --- notebooks 03 and 04: trained models -------------------------------------------------
+# --- trained models: measured profiles, per-layer R, perplexity -----------------------------
 
 LINE_STYLES = ("-", "--", ":", "-.")
 
@@ -179,16 +179,72 @@ def plot_stat_bars(rows: list, columns, category: str = "encoding", ax=None, yla
     return ax
 
 
-def layer_resolution_figure(records: list, encodings, head_mode: str = "mean-scores", columns=("R(L)", "R(2L)")):
-    """Per-layer R of each encoding (bars over seeds, :func:`plot_stat_bars`), one panel each."""
+def layer_resolution_figure(records: list, encodings, head_mode: str = "mean-scores", columns=("R(L)", "R(2L)"),
+                            reference: str | None = "alibi", ncols: int = 3):
+    """Per-layer R of each encoding, one panel each, on a log axis (bars at the seed mean, error
+    bars for the spread, a dot per seed), so that ALiBi's 0.003 and RoPE's 0.2 are both readable.
+    With ``reference``, that encoding's per-layer R at the last column is drawn in every panel as a
+    dotted step line: the level each layer has to stay above."""
     from .tables import layer_table
 
-    fig, axes = plt.subplots(1, len(encodings), figsize=(3.2 * len(encodings), 3.0), squeeze=False, sharey=True)
+    nrows = -(-len(encodings) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.9 * ncols, 3.3 * nrows), squeeze=False, sharey=True)
+    ref_rows = layer_table(records, reference, head_mode) if reference in encodings else None
     for ax, encoding in zip(axes.flat, encodings):
-        plot_stat_bars(layer_table(records, encoding, head_mode), columns, category="layer", ax=ax)
+        rows = layer_table(records, encoding, head_mode)
+        plot_stat_bars(rows, columns, category="layer", ax=ax)
+        ax.set_yscale("log")
+        if ref_rows is not None and encoding != reference:
+            level = [row[columns[-1]].mean for row in ref_rows]
+            ax.step(np.arange(len(level) + 1) - 0.5, level + level[-1:], where="post", color="k",
+                    linestyle=":", linewidth=1.5, label=f"{reference} {columns[-1]}")
         ax.set_title(encoding)
+        if ax is axes.flat[0]:
+            ax.legend(fontsize="small", loc="lower left")
+        else:
+            ax.get_legend().remove()
+    for ax in axes.flat[len(encodings):]:
+        ax.set_visible(False)
     fig.tight_layout()
     return fig
+
+
+def _layer_softmax(s_hat) -> tuple[np.ndarray, np.ndarray]:
+    """Heads-averaged ŝ (layers, T) with masked distances as NaN, and p = softmax over distances."""
+    per_layer = np.asarray(s_hat, dtype=np.float64).mean(axis=-2)  # (layers, T)
+    finite = np.isfinite(per_layer)
+    p = np.exp(np.where(finite, per_layer, -np.inf) - np.where(finite, per_layer, -np.inf).max(-1, keepdims=True))
+    return np.where(finite, per_layer, np.nan), p / p.sum(-1, keepdims=True)
+
+
+def plot_layer_softmax(s_hat, train_len: int, ax=None, title: str = "", boundary: str = "zero"):
+    """The softmax weights p_n = softmax(ŝ)[n] of each layer (heads averaged), on a log axis, with
+    each layer's R in the legend and L marked: what R sees. Masked distances (p_n = 0) leave a gap."""
+    ax = plt.gca() if ax is None else ax
+    scores, p = _layer_softmax(s_hat)
+    for layer, (s, w) in enumerate(zip(scores, p)):
+        r = float(resolution(np.where(np.isnan(s), -np.inf, s), boundary))
+        ax.plot(np.arange(len(w)), np.where(w > 0, w, np.nan), color=f"C{layer}", linewidth=1,
+                label=f"layer {layer}: R = {r:.3g}")
+    ax.axvline(train_len, color="k", alpha=0.4, linewidth=3)
+    ax.set(xlabel="distance n", ylabel=r"$p_n$ = softmax($\hat{s}$) (log)", yscale="log", title=title)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def plot_layer_weights(s_hat, train_len: int, axes=None, title: str = "", boundary: str = "zero"):
+    """What R sees in one model at one eval length: left, ŝ[n] per layer (heads averaged); right,
+    :func:`plot_layer_softmax`. ``s_hat`` is (layers, H, T)."""
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+    ax_s, ax_p = axes
+    scores, _ = _layer_softmax(s_hat)
+    for layer, s in enumerate(scores):
+        ax_s.plot(np.arange(len(s)), s, color=f"C{layer}", linewidth=1, label=f"layer {layer}")
+    ax_s.axvline(train_len, color="k", alpha=0.4, linewidth=3)
+    ax_s.set(xlabel="distance n", ylabel=r"$\hat{s}[n]$ (heads averaged)", title=title)
+    plot_layer_softmax(s_hat, train_len, ax_p, f"{title}: what R sees", boundary)
+    return axes
 
 
 def plot_position_perplexity(nll: dict, train_len: int, ax=None, smooth: int = 1):
@@ -219,7 +275,7 @@ def plot_mask(mask, ax=None, title: str = "", block: int | None = None):
     return ax
 
 
-# --- notebook 05: does resolution predict extrapolation? ----------------------------------
+# --- predictors against outcomes, one point per configuration ---------------------------
 
 FAMILY_COLOURS = {"rope": "C0", "xpos": "C1", "alibi": "C2", "sinusoidal": "C3", "nope": "C4"}
 

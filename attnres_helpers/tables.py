@@ -7,9 +7,11 @@ A table is a list of rows, one per encoding; a row is a dict from column name to
 a :class:`Stat` (a quantity over seeds), a float, an int, a string, or None (not measured).
 Column names say what was measured where, with L the training length:
 
-- ``"R(L)"``, ``"R(2L)"``, ``"R(2L)+BCA"``, ... the layer-mean resolution at eval length k·L;
-- ``"ppl(2L)"``, ``"ppl(2L) past L"`` (+BCA): perplexity over every position, and over
-  positions ≥ L only;
+- ``"R(L)"``, ``"R(2L)"``, ``"R(2L)+BCA"``, ... the resolution at eval length k·L of one layer
+  selection: ``"mean"`` (every layer, as in Table 3, the default), ``"upper"`` (the layers above
+  the first) or one layer's index;
+- ``"ppl(2L)"``, ``"ppl(2L) first L"``, ``"ppl(2L) past L"`` (+BCA): perplexity over every
+  position, over positions < L, and over positions ≥ L, all of the same 2L windows;
 - ``"paper R(L)"``, ... the values of Sun et al. 2022, Table 3 (:data:`PAPER_TABLE3`).
 """
 
@@ -38,17 +40,21 @@ RECORD_VALUES = ("resolution", "perplexity", "perplexity_past_L")
 # Column selections the notebooks print.
 PAIR_COLUMNS = ["encoding", "seeds", "paper R(L)", "R(L)", "paper R(2L)", "R(2L)", "paper R(2L)+BCA",
                 "R(2L)+BCA", "R(4L)"]
-PERPLEXITY_COLUMNS = ["encoding", "seeds", "ppl(L)", "ppl(2L)", "ppl(2L) past L", "ppl(4L)", "ppl(4L) past L"]
+PERPLEXITY_COLUMNS = ["encoding", "seeds", "ppl(L)", "ppl(2L) first L", "ppl(2L) past L", "ppl(4L) first L",
+                      "ppl(4L) past L"]
 BCA_COLUMNS = ["encoding", "seeds", "R(L)", "R(2L)", "R(2L)+BCA", "BCA ×(2L)", "R(4L)", "R(4L)+BCA", "BCA ×(4L)"]
 BCA_PERPLEXITY_COLUMNS = ["encoding", "ppl(2L) past L", "ppl(2L) past L+BCA", "ppl(4L) past L",
                           "ppl(4L) past L+BCA"]
 
 CHECK_DESCRIPTIONS = {
     "rope_highest_at_L": "RoPE has the highest R(L) of RoPE, sinusoidal and ALiBi",
+    "rope_below_alibi_at_2L": "RoPE's R(2L) is below ALiBi's",
     "rope_lowest_at_2L": "RoPE has the lowest R(2L) of RoPE, sinusoidal and ALiBi",
     "alibi_level": f"ALiBi stays about level, |R(2L)/R(L) − 1| < {LEVEL_TOLERANCE}",
     "bca_raises_rope": "BCA raises RoPE's R(2L)",
     "bca_raises_xpos": "BCA raises xPos's R(2L)",
+    "rope_better_first_L": "2L windows, positions < L: RoPE's perplexity is below ALiBi's",
+    "rope_worse_past_L": "2L windows, positions ≥ L: RoPE's perplexity is above ALiBi's",
 }
 
 
@@ -127,7 +133,7 @@ def index_records(records, head_mode: str, group: str = "encoding") -> dict:
 
 def _stat(cell: dict | None, value: str) -> Stat | None:
     """Stat over seeds of ``value`` in a {seed: record} cell; None if absent or not measured."""
-    if not cell or any(record[value] is None for record in cell.values()):
+    if not cell or any(record.get(value) is None for record in cell.values()):
         return None
     return Stat.of({seed: record[value] for seed, record in cell.items()})
 
@@ -136,9 +142,10 @@ def _ordered(encodings) -> list[str]:
     return [e for e in ROW_ORDER if e in encodings] + sorted(set(encodings) - set(ROW_ORDER))
 
 
-def pair_table(records, head_mode: str = "mean-scores") -> list[dict]:
+def pair_table(records, head_mode: str = "mean-scores", layer="mean") -> list[dict]:
     """One row per encoding: R and perplexity at every measured length, with and without BCA, as
-    seed means ± spread (layer mean, as in Table 3), next to the paper's values where it has them."""
+    seed means ± spread (R of ``layer``: "mean" as in Table 3, "upper", or an index), next to the
+    paper's values where it has them (the paper's are layer means)."""
     index = index_records(records, head_mode)
     multiples = sorted({k for _, k, _, _ in index})
     rows = []
@@ -147,11 +154,12 @@ def pair_table(records, head_mode: str = "mean-scores") -> list[dict]:
         row = {"encoding": encoding, "seeds": len(seeds)}
         for k in multiples:
             for bca in (False, True):
-                cell = index.get((encoding, k, bca, "mean"))
+                cell = index.get((encoding, k, bca, layer))
                 tag = "+BCA" if bca else ""
                 row[f"R({length_label(k)}){tag}"] = _stat(cell, "resolution")
                 row[f"ppl({length_label(k)}){tag}"] = _stat(cell, "perplexity")
                 if k > 1:
+                    row[f"ppl({length_label(k)}) first L{tag}"] = _stat(cell, "perplexity_first_L")
                     row[f"ppl({length_label(k)}) past L{tag}"] = _stat(cell, "perplexity_past_L")
         for column, value in PAPER_TABLE3.get(encoding, {}).items():
             row[f"paper {column}"] = value
@@ -168,10 +176,10 @@ def _ratio_stat(numerator: Stat | None, denominator: Stat | None) -> Stat | None
     return Stat.of({s: n / d for s, n, d in zip(numerator.seeds, numerator.values, denominator.values)})
 
 
-def bca_table(records, head_mode: str = "mean-scores") -> list[dict]:
+def bca_table(records, head_mode: str = "mean-scores", layer="mean") -> list[dict]:
     """:func:`pair_table` plus "BCA ×(kL)" columns: R(kL)+BCA / R(kL) per seed (the paper's xPos:
     1.08/0.54 = 2). None where BCA was not measured (absolute encodings) or R(kL) ≤ 0."""
-    rows = pair_table(records, head_mode)
+    rows = pair_table(records, head_mode, layer)
     for row in rows:
         for column in [c for c in row if c.startswith("R(") and not c.endswith("+BCA")]:
             row[f"BCA ×{column[1:]}"] = _ratio_stat(row.get(f"{column}+BCA"), row[column])
@@ -181,7 +189,8 @@ def bca_table(records, head_mode: str = "mean-scores") -> list[dict]:
 def layer_table(records, encoding: str, head_mode: str = "mean-scores") -> list[dict]:
     """One row per layer of one encoding: ``{"layer": i, "R(L)": Stat, "R(2L)": Stat, ...}``."""
     index = index_records(records, head_mode)
-    cells = {(k, bca, layer): cell for (e, k, bca, layer), cell in index.items() if e == encoding and layer != "mean"}
+    cells = {(k, bca, layer): cell for (e, k, bca, layer), cell in index.items()
+             if e == encoding and layer not in ("mean", "upper")}
     if not cells:
         raise ValueError(f"no per-layer records for encoding {encoding!r}")
     rows = []
@@ -248,48 +257,76 @@ def format_table(rows: list[dict], columns: list[str], digits: int | dict = 3) -
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(c) for c in cells])
 
 
-def _checks(r, tolerance: float) -> dict[str, bool]:
-    """The qualitative findings of Table 3 on one set of values; ``r(encoding, multiple, bca=False)`` -> R."""
-    rivals = ("sinusoidal", "alibi")
-    return {
-        "rope_highest_at_L": r("rope", 1) > max(r(e, 1) for e in rivals),
-        "rope_lowest_at_2L": r("rope", 2) < min(r(e, 2) for e in rivals),
-        "alibi_level": abs(r("alibi", 2) - r("alibi", 1)) < tolerance * abs(r("alibi", 1)),
-        "bca_raises_rope": r("rope", 2, True) > r("rope", 2),
-        "bca_raises_xpos": r("xpos", 2, True) > r("xpos", 2),
-    }
+# The findings as functions of ``r(encoding, multiple, bca=False)`` -> R, ``ppl(encoding, column)`` -> a
+# perplexity of the 2L windows, and the level tolerance. A missing value raises LookupError.
+_RIVALS = ("sinusoidal", "alibi")
+_CHECKS = {
+    "rope_highest_at_L": lambda r, ppl, tol: r("rope", 1) > max(r(e, 1) for e in _RIVALS),
+    "rope_below_alibi_at_2L": lambda r, ppl, tol: r("rope", 2) < r("alibi", 2),
+    "rope_lowest_at_2L": lambda r, ppl, tol: r("rope", 2) < min(r(e, 2) for e in _RIVALS),
+    "alibi_level": lambda r, ppl, tol: abs(r("alibi", 2) - r("alibi", 1)) < tol * abs(r("alibi", 1)),
+    "bca_raises_rope": lambda r, ppl, tol: r("rope", 2, True) > r("rope", 2),
+    "bca_raises_xpos": lambda r, ppl, tol: r("xpos", 2, True) > r("xpos", 2),
+    "rope_better_first_L": lambda r, ppl, tol: ppl("rope", "perplexity_first_L") < ppl("alibi", "perplexity_first_L"),
+    "rope_worse_past_L": lambda r, ppl, tol: ppl("rope", "perplexity_past_L") > ppl("alibi", "perplexity_past_L"),
+}
 
 
-def reversal_checks(records, head_mode: str = "mean-scores", tolerance: float = LEVEL_TOLERANCE) -> dict[str, Check]:
-    """Does the measured table show the paper's qualitative findings (:data:`CHECK_DESCRIPTIONS`)?
+def reversal_checks(records, head_mode: str = "mean-scores", tolerance: float = LEVEL_TOLERANCE,
+                    layer="mean", partial: bool = False) -> dict[str, Check]:
+    """Does the measured table show the reversal (:data:`CHECK_DESCRIPTIONS`)?
 
-    Each check is evaluated on the seed means of the layer-mean R, and again on each seed that
-    has every value the check needs; ``Check(holds, seeds_holding, seeds)``.
+    R is that of ``layer`` ("mean": every layer, as in Table 3; "upper": the layers above the first;
+    or an index); perplexities are of the same 2L windows. Each check is evaluated on the seed means,
+    and again on each seed that has every value the checks need; ``Check(holds, seeds_holding, seeds)``.
+    With ``partial=True``, checks that need an encoding the records lack are left out instead of
+    raising (e.g. a sweep point without xPos).
     """
     index = index_records(records, head_mode)
 
     def cell(encoding, k, bca):
-        found = index.get((encoding, k, bca, "mean"))
+        found = index.get((encoding, k, bca, layer))
         if not found:
-            raise KeyError((encoding, k, bca))
+            raise LookupError(f"reversal_checks needs R({length_label(k)}){'+BCA' if bca else ''} of {encoding!r} "
+                              f"({head_mode}, layer {layer!r}); the records have none")
         return found
 
     def on_means(encoding, k, bca=False):
-        try:
-            return _stat(cell(encoding, k, bca), "resolution").mean
-        except KeyError:
-            raise ValueError(f"reversal_checks needs R({length_label(k)}){'+BCA' if bca else ''} of {encoding!r} "
-                             f"({head_mode}); the records have none") from None
+        return _stat(cell(encoding, k, bca), "resolution").mean
 
-    holds = _checks(on_means, tolerance)
+    def ppl_on_means(encoding, column):
+        stat = _stat(cell(encoding, 2, False), column)
+        if stat is None:
+            raise LookupError(f"reversal_checks needs {column} at 2L of {encoding!r}; the records have none")
+        return stat.mean
+
+    names = list(CHECK_DESCRIPTIONS)
+    if partial:
+        def usable(name):
+            try:
+                _one_check(name, on_means, ppl_on_means, tolerance)
+                return True
+            except LookupError:
+                return False
+        names = [n for n in names if usable(n)]
+    try:
+        holds = {n: _one_check(n, on_means, ppl_on_means, tolerance) for n in names}
+    except LookupError as err:
+        raise ValueError(str(err).strip("'\"")) from None
     seeds = sorted({s for cell_ in index.values() for s in cell_})
     per_seed = []
     for seed in seeds:
         try:
-            per_seed.append(_checks(lambda e, k, bca=False: cell(e, k, bca)[seed]["resolution"], tolerance))
-        except KeyError:  # this seed lacks a value some check needs
+            per_seed.append({n: _one_check(n, lambda e, k, bca=False: cell(e, k, bca)[seed]["resolution"],
+                                           lambda e, column: cell(e, 2, False)[seed][column], tolerance)
+                             for n in names})
+        except (LookupError, TypeError):  # this seed lacks a value some check needs
             continue
-    return {name: Check(holds[name], sum(p[name] for p in per_seed), len(per_seed)) for name in holds}
+    return {name: Check(holds[name], sum(p[name] for p in per_seed), len(per_seed)) for name in names}
+
+
+def _one_check(name, r, ppl, tolerance) -> bool:
+    return _CHECKS[name](r, ppl, tolerance)
 
 
 def format_checks(checks: dict[str, Check]) -> str:

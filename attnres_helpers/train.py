@@ -182,6 +182,13 @@ def _load_state(out_dir: Path, expected_meta: dict, model, optimizer) -> dict:
     n_params = sum(len(g["params"]) for g in reference["param_groups"])
     if sorted(slots) != list(range(n_params)) or "rng.torch_cpu" not in tensors:
         raise ValueError(f"checkpoint file {tensor_path} lacks optimiser state for some parameters or the RNG state")
+    if tensors["rng.torch_cpu"].shape != torch.get_rng_state().shape:
+        raise ValueError(f"checkpoint file {tensor_path} has an RNG state of the wrong size")
+    for index, slot in slots.items():
+        for name, value in slot.items():
+            if not torch.isfinite(value).all() or (name in ("exp_avg_sq", "step") and (value < 0).any()):
+                raise ValueError(f"checkpoint file {tensor_path} has a corrupt optimiser state "
+                                 f"(optim.{index}.{name} is non-finite or negative)")
     try:
         optimizer.load_state_dict({"state": slots, "param_groups": reference["param_groups"]})
     except (KeyError, ValueError, RuntimeError) as err:
@@ -208,6 +215,8 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
     _check_settings(cfg, settings, checkpoint_every, device)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    for debris in out_dir.glob(".*.tmp-*"):  # left by a process killed mid-write (atomic_write's temporaries)
+        debris.unlink(missing_ok=True)
     meta = {"model": cfg.to_dict(), "train": settings}
 
     if resume and (out_dir / CONFIG_JSON).is_file():
@@ -237,6 +246,10 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
         x, y = get_batch(train_tokens, batch_size, cfg.train_len, batch_generator(seed, step))
         _, loss = model(x.to(device), y.to(device))
         optimizer.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            raise ValueError(f"training diverged: the loss is {loss.item()} at step {step}; the last good "
+                             f"checkpoint in {out_dir} is kept (lower --lr, or resume with other settings "
+                             "in another --out)")
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         optimizer.step()
@@ -268,12 +281,15 @@ def _check_settings(cfg: ModelConfig, settings: dict, checkpoint_every: int, dev
     if settings["batch_tokens"] < cfg.train_len or settings["batch_tokens"] % cfg.train_len:
         raise ValueError(f"batch_tokens ({settings['batch_tokens']}) must be a positive multiple of "
                          f"train_len ({cfg.train_len})")
-    if not settings["lr"] > 0:
-        raise ValueError(f"lr must be > 0, got {settings['lr']}")
+    for name in ("steps", "batch_tokens", "warmup", "seed"):
+        if not isinstance(settings[name], int) or isinstance(settings[name], bool):
+            raise ValueError(f"{name} must be an integer, got {settings[name]!r}")
+    if not (math.isfinite(settings["lr"]) and 0 < settings["lr"] <= 1):
+        raise ValueError(f"lr must be a finite number in (0, 1], got {settings['lr']}")
     if not 0 <= settings["warmup"] <= settings["steps"]:
         raise ValueError(f"warmup must be in [0, steps], got {settings['warmup']}")
-    if settings["weight_decay"] < 0:
-        raise ValueError(f"weight_decay must be >= 0, got {settings['weight_decay']}")
+    if not (math.isfinite(settings["weight_decay"]) and 0 <= settings["weight_decay"] <= 10):
+        raise ValueError(f"weight_decay must be a finite number in [0, 10], got {settings['weight_decay']}")
     if checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be >= 0 (0: never), got {checkpoint_every}")
     if str(device).startswith("cuda") and not torch.cuda.is_available():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import io
 import math
+import numbers
 
 import ipywidgets as widgets
 import numpy as np
@@ -22,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, MaxNLocator, NullLocator
 from PIL import Image as PILImage
 
-from .encodings import DESIGN_CURVES, Param, curve_pair, default_params, score_curve
+from .encodings import DESIGN_CURVES, Param, _check_length, curve_pair, default_params, score_curve
 from .plots import plot_resolution_pairs
 from .metric import BOUNDARIES, HEAD_MODES
 
@@ -45,6 +46,7 @@ def explorer_state(name: str, L: int, params: dict | None = None, boundary: str 
     ``weights_2L`` are the softmax of the profile over windows of L and 2L distances,
     i.e. the attention of the last query of each window.
     """
+    _check_length(L, "L")  # before doubling it, so a message names the L that was given
     params = dict(params or {})
     curve = score_curve(name, 2 * L, **params)  # (2L,) or (H, 2L)
     profile = curve.mean(axis=0) if curve.ndim == 2 else curve  # (2L,)
@@ -76,7 +78,13 @@ def readout_html(state: dict) -> str:
 
 
 def compare_states(names, L: int, boundary: str = "zero", head_mode: str = "mean-scores") -> list[dict]:
-    """One :func:`explorer_state` per encoding, each at its registry defaults."""
+    """One :func:`explorer_state` per encoding, each at its registry defaults.
+
+    ``names`` is a list (or tuple) of encoding names; a single string is refused rather
+    than read as a sequence of one-letter names.
+    """
+    if isinstance(names, str):
+        raise ValueError(f"names must be a list of encoding names, got a string {names!r} (write [{names!r}])")
     if not names:
         raise ValueError("choose at least one encoding to compare")
     return [explorer_state(name, L, None, boundary, head_mode) for name in names]
@@ -111,6 +119,8 @@ def min_max_decimate(x: np.ndarray, y: np.ndarray, buckets: int = 400):
     through them spans the same values in every run, so at ~1 run per pixel column it
     looks the same as the full line, at a fraction of the drawing time.
     """
+    if isinstance(buckets, bool) or not isinstance(buckets, numbers.Integral) or buckets < 1:
+        raise ValueError(f"buckets must be >= 1 (an integer count of runs), got {buckets!r}")
     N = y.shape[-1]
     k = N // buckets
     if k < 3:

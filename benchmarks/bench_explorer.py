@@ -18,17 +18,13 @@ import argparse
 import math
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from attnres_helpers.encodings import curve_resolution, default_params, score_curve  # noqa: E402
-from attnres_helpers.widgets import SingleFigure, explorer, explorer_state, find_by_class, readout_html  # noqa: E402
+from attnres_helpers.encodings import curve_resolution, default_params, score_curve
+from attnres_helpers.widgets import SingleFigure, explorer, explorer_state, find_by_class, readout_html
 
 
 def naive_rope_curve(N: int, head_dim: int, base: float, rho: float, scale: float) -> list[float]:

@@ -14,15 +14,12 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from attnres_helpers.metric import expected_scores  # noqa: E402
+from attnres_helpers.metric import expected_scores
 
 
 def naive_expected_scores(logits: torch.Tensor) -> torch.Tensor:
@@ -94,15 +91,17 @@ def main(argv=None) -> None:
         print(f"  peak memory above the input, {method:10s}: {shown}")
 
     if not args.skip_checkpoints:
-        from attnres_helpers.experiments import CHECKPOINTS, measure_checkpoints
+        from attnres_helpers.experiments import CHECKPOINTS, measure_checkpoints, verify_checkpoints
 
-        if not CHECKPOINTS.is_dir():
-            print(f"no shipped checkpoints at {CHECKPOINTS}: run `python -m attnres_helpers reproduce`")
+        try:
+            verify_checkpoints(CHECKPOINTS)
+        except (FileNotFoundError, ValueError) as err:  # none shipped, or a reproduce run is rewriting them
+            print(f"measure_checkpoints not timed: {err}")
             return
         t0 = time.perf_counter()
-        records = measure_checkpoints(progress=False)
+        profiles = measure_checkpoints(progress=False)
         print(f"measure_checkpoints on the shipped checkpoints: {time.perf_counter() - t0:.1f} s "
-              f"for {len(records)} records")
+              f"for {len(profiles)} profiles ({len({p.run for p in profiles})} checkpoints)")
 
 
 if __name__ == "__main__":

@@ -1,31 +1,47 @@
-"""Training throughput of attnres_helpers.model.Transformer against a minimal plain-SDPA reference.
+"""Training throughput of attnres_helpers.model.Transformer: today's trainer against faster variants
+and against a minimal plain-SDPA reference, side by side in one run.
 
-The reference below is the same architecture (pre-LN, tied byte embeddings, GELU MLP, the same
-position encoding) written with F.scaled_dot_product_attention only and no score-capture path. It
-loads the Transformer's own state_dict, so both compute the same function (checked before timing).
-Both are timed side by side in one process on full training steps (forward, backward, clipping,
-AdamW), interleaved step by step (alternating which goes first) so that both see the same load on a
-shared machine, and the median tokens/s of each is reported. The ratio should be >= 0.9.
+Variants, each its own copy of the same initial weights with its own AdamW, all fed the same batches:
 
-    .venv/bin/python benchmarks/bench_training.py [--preset default] [--encoding rope] [--repeats 21]
+  (i)   fp32 eager, 1 thread: today's trainer (``experiments.train_one`` trains one model per thread);
+  (ii)  bf16 autocast: the forward pass and loss under ``torch.autocast("cpu", dtype=torch.bfloat16)``
+        (weights, gradients and AdamW stay fp32), 1 thread;
+  (iii) torch.compile of the model (inductor), 1 thread; its compile time, taken by the first step,
+        is reported separately and left out of tokens/s;
+  (iv)  fp32 eager with --threads threads (default 2) against (i)'s 1 thread;
+  and   the reference: the same architecture (pre-LN, tied byte embeddings, GELU MLP, the same position
+        encoding) written with F.scaled_dot_product_attention only and no score-capture path, fp32 eager,
+        1 thread. It loads the Transformer's own state_dict, so both compute the same function (checked
+        before timing). The ratio (i)/reference should be >= 0.9.
+
+A timed step is a full training step as attnres_helpers.train takes it (batch, forward, backward,
+clipping, AdamW). After --warmup untimed steps, the variants take --steps timed steps interleaved step
+by step (the order rotating every round), so that all see the same load on a shared machine; the median
+tokens/s of each is reported, and its ratio to (i). The step-0 loss of every variant is printed next to
+(i)'s: same weights, same batch, so it shows what bf16 and compilation change in the numbers.
+
+    .venv/bin/python benchmarks/bench_training.py [--preset default] [--encoding rope] [--steps 10]
+    .venv/bin/python benchmarks/bench_training.py --quick    # 2 timed steps after 1 warm-up: a smoke run
+    .venv/bin/python benchmarks/bench_training.py --variants fp32 bf16   # a subset
+
+Not a timed test: the numbers depend on the machine and on what else runs on it.
 """
 
 import argparse
 import math
+import os
 import statistics
-import sys
 import time
-from pathlib import Path
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from attnres_helpers.data import get_batch, load_splits  # noqa: E402
-from attnres_helpers.model import PRESETS, Transformer, alibi_slopes, preset, sinusoidal_table  # noqa: E402
-from attnres_helpers.train import GRAD_CLIP, batch_generator, make_optimizer  # noqa: E402
+from attnres_helpers.data import get_batch, load_splits
+from attnres_helpers.model import PRESETS, Transformer, alibi_slopes, preset, sinusoidal_table
+from attnres_helpers.train import GRAD_CLIP, batch_generator, make_optimizer
 
 REFERENCE_ENCODINGS = ("rope", "nope", "alibi", "sinusoidal")
 
@@ -88,64 +104,178 @@ class RefTransformer(nn.Module):
         return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
-def timed_step(model, optimizer, tokens, batch_size, T, step) -> float:
-    """Seconds for one full training step, as attnres_helpers.train takes it."""
-    start = time.perf_counter()
+def training_step(model, optimizer, tokens, batch_size, T, step, autocast=None) -> float:
+    """One full training step, as attnres_helpers.train takes it; returns the loss."""
     x, y = get_batch(tokens, batch_size, T, batch_generator(0, step))
-    _, loss = model(x, y)
+    with autocast() if autocast else nullcontext():
+        _, loss = model(x, y)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
     optimizer.step()
-    return time.perf_counter() - start
+    return loss.item()
+
+
+@dataclass
+class Variant:
+    key: str
+    label: str
+    model: nn.Module  # what is called: the Transformer, its torch.compile wrapper, or the reference
+    params: nn.Module  # whose parameters the optimizer and clipping see
+    threads: int
+    autocast: object = None  # a callable returning a context manager, or None
+    optimizer: object = None
+    tokens_per_s: list = field(default_factory=list)
+    first_step_s: float | None = None  # wall time of the first (warm-up) step: includes compilation
+    step0_loss: float | None = None
+    error: str | None = None
+
+    def step(self, tokens, batch_size, T, step) -> float:
+        """Seconds for one training step on this variant's thread count."""
+        torch.set_num_threads(self.threads)
+        start = time.perf_counter()
+        loss = training_step(self.model, self.optimizer, tokens, batch_size, T, step, self.autocast)
+        seconds = time.perf_counter() - start
+        if step == 0:
+            self.step0_loss, self.first_step_s = loss, seconds
+        return seconds
+
+
+VARIANTS = ("fp32", "bf16", "compile", "threads", "reference")
+
+
+def build_variants(cfg, base: Transformer, keys, threads: int) -> list[Variant]:
+    """Every requested variant, each a fresh copy of ``base``'s initial weights with its own AdamW."""
+
+    def copy():
+        model = Transformer(cfg)
+        model.load_state_dict(base.state_dict())
+        return model.train()
+
+    bf16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
+    variants = []
+    for key in keys:
+        if key == "fp32":
+            m = copy()
+            variants.append(Variant(key, "(i)   fp32 eager (today's trainer)", m, m, 1))
+        elif key == "bf16":
+            m = copy()
+            variants.append(Variant(key, "(ii)  bf16 autocast", m, m, 1, bf16))
+        elif key == "compile":
+            m = copy()
+            variants.append(Variant(key, "(iii) torch.compile (inductor)", torch.compile(m), m, 1))
+        elif key == "threads":
+            m = copy()
+            variants.append(Variant(key, f"(iv)  fp32 eager, {threads} threads", m, m, threads))
+        elif key == "reference":
+            m = RefTransformer(cfg)
+            m.load_state_dict(base.state_dict())
+            variants.append(Variant(key, "      plain-SDPA reference, fp32", m.train(), m, 1))
+    for v in variants:
+        v.optimizer = make_optimizer(v.params, 1e-3, 0.1)
+    return variants
+
+
+def quartiles(values: list[float]) -> str:
+    if len(values) < 2:
+        return "-"
+    low, _, high = statistics.quantiles(values, n=4)
+    return f"{low:,.0f}-{high:,.0f}"
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
     parser.add_argument("--encoding", choices=REFERENCE_ENCODINGS, default="rope")
     parser.add_argument("--batch-tokens", type=int, default=4096)
-    parser.add_argument("--repeats", type=int, default=21, help="timed training steps of each model")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--steps", "--repeats", type=int, default=None,
+                        help="timed training steps of each variant (default 10; 2 with --quick)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed steps before them (default 2; 1 with --quick); the first includes compilation")
+    parser.add_argument("--threads", type=int, default=2, help="threads of variant (iv) (default 2)")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                        help="which to run (default: all); fp32, variant (i), is always run, as the base of the ratios")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 timed steps after 1 warm-up step")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    steps = args.steps if args.steps is not None else (2 if args.quick else 10)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    if steps < 1 or warmup < 1 or args.threads < 1:
+        parser.error("--steps, --warmup and --threads must be >= 1 (the first warm-up step takes the compilation)")
+    keys = ["fp32"] + [k for k in VARIANTS if k in args.variants and k != "fp32"]
 
+    torch.set_num_threads(1)
     cfg = preset(args.preset, encoding=args.encoding)
+    if args.batch_tokens < cfg.train_len or args.batch_tokens % cfg.train_len:
+        parser.error(f"--batch-tokens must be a positive multiple of train_len ({cfg.train_len})")
     torch.manual_seed(0)
-    model = Transformer(cfg)
-    reference = RefTransformer(cfg)
-    reference.load_state_dict(model.state_dict())
+    base = Transformer(cfg)
     train_tokens, _ = load_splits()
     batch_size = args.batch_tokens // cfg.train_len
-    x, y = get_batch(train_tokens, batch_size, cfg.train_len, batch_generator(1, 0))
-    with torch.no_grad():
-        diff = (model(x, y)[0] - reference(x, y)[0]).abs().max().item()
-    if diff > 1e-4:
-        raise SystemExit(f"the reference does not compute the same function (max |logit diff| = {diff:.2e})")
 
-    runs = {"model": (model, make_optimizer(model, 1e-3, 0.1)),
-            "reference": (reference, make_optimizer(reference, 1e-3, 0.1))}
-    for step in range(2):  # warm-up: lazy init, allocator
-        for net, opt in runs.values():
-            timed_step(net, opt, train_tokens, batch_size, cfg.train_len, step)
-    tokens_per_s = {name: [] for name in runs}
-    for r in range(args.repeats):
-        order = list(runs) if r % 2 == 0 else list(runs)[::-1]  # alternate who goes first
-        for name in order:
-            seconds = timed_step(*runs[name], train_tokens, batch_size, cfg.train_len, 2 + r)
-            tokens_per_s[name].append(args.batch_tokens / seconds)
+    diff = None
+    if "reference" in keys:
+        reference = RefTransformer(cfg)
+        reference.load_state_dict(base.state_dict())
+        x, y = get_batch(train_tokens, batch_size, cfg.train_len, batch_generator(1, 0))
+        with torch.no_grad():
+            diff = (base(x, y)[0] - reference(x, y)[0]).abs().max().item()
+        if diff > 1e-4:
+            raise SystemExit(f"the reference does not compute the same function (max |logit diff| = {diff:.2e})")
 
-    median = {name: statistics.median(v) for name, v in tokens_per_s.items()}
-    ratio = median["model"] / median["reference"]
-    n_params = sum(p.numel() for p in model.parameters())
+    variants = build_variants(cfg, base, keys, args.threads)
+    live = list(variants)
+    for step in range(warmup):  # lazy init, allocator; the compiled variant compiles in its first step
+        for v in list(live):
+            try:
+                v.step(train_tokens, batch_size, cfg.train_len, step)
+            except Exception as err:  # noqa: BLE001 - a benchmark reports a variant it cannot run
+                v.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
+                live.remove(v)
+    for r in range(steps):
+        order = live[r % len(live):] + live[: r % len(live)]  # rotate who goes first
+        for v in order:
+            seconds = v.step(train_tokens, batch_size, cfg.train_len, warmup + r)
+            v.tokens_per_s.append(args.batch_tokens / seconds)
+    torch.set_num_threads(1)
+
+    median = {v.key: statistics.median(v.tokens_per_s) for v in live}
+    base_v = variants[0]
+    n_params = sum(p.numel() for p in base.parameters())
     print(f"preset {args.preset} ({cfg.n_layer} layers, d_model {cfg.d_model}, {cfg.n_head} heads, "
-          f"{n_params / 1e6:.2f}M params), encoding {cfg.encoding}, T = {cfg.train_len}, "
-          f"{args.batch_tokens} tokens a step, {torch.get_num_threads()} threads, torch {torch.__version__}")
-    print(f"same function: max |logit diff| = {diff:.1e}")
-    for name, values in tokens_per_s.items():
-        low, _, high = statistics.quantiles(values, n=4)
-        print(f"{name:>9}: median {median[name]:,.0f} tokens/s (quartiles {low:,.0f}-{high:,.0f}, {len(values)} steps)")
-    print(f"ratio model/reference = {ratio:.3f}  ({'OK' if ratio >= 0.9 else 'BELOW'} the 0.9 target)")
+          f"{n_params / 1e6:.2f}M params), encoding {cfg.encoding}, T = L = {cfg.train_len}, "
+          f"{args.batch_tokens} tokens a step ({batch_size} windows), torch {torch.__version__}")
+    print(f"{warmup} warm-up + {steps} timed steps of each variant, interleaved; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if diff is not None:
+        print(f"reference computes the same function: max |logit diff| = {diff:.1e}")
+    print()
+    header = f"{'variant':40s} {'threads':>7s} {'tokens/s':>9s} {'quartiles':>15s} {'ratio to (i)':>12s} {'step-0 loss':>11s} {'- (i)':>9s}"
+    print(header)
+    print("-" * len(header))
+    for v in variants:
+        if v.error:
+            print(f"{v.label:40s} {v.threads:7d}  failed: {v.error}")
+            continue
+        ratio = median[v.key] / median["fp32"]
+        dloss = v.step0_loss - base_v.step0_loss
+        print(f"{v.label:40s} {v.threads:7d} {median[v.key]:9,.0f} {quartiles(v.tokens_per_s):>15s} "
+              f"{ratio:12.2f} {v.step0_loss:11.5f} {dloss:+9.1e}")
+    print()
+    compiled = next((v for v in variants if v.key == "compile" and not v.error), None)
+    if compiled:
+        compiled_s, eager_s = args.batch_tokens / median["compile"], args.batch_tokens / median["fp32"]
+        overhead = compiled.first_step_s - compiled_s
+        if compiled_s < eager_s:
+            payback = f"it pays for itself after about {math.ceil(overhead / (eager_s - compiled_s))} steps"
+        else:
+            payback = "the compiled step is not faster than (i)"
+        print(f"torch.compile: compile time {overhead:.1f} s (its first step took {compiled.first_step_s:.1f} s: "
+              f"compiling the forward and backward graphs; inductor's cache in /tmp makes a second run faster), "
+              f"not in tokens/s; {payback}")
+    if "reference" in median:
+        ratio = median["fp32"] / median["reference"]
+        print(f"ratio (i)/reference = {ratio:.3f}  ({'OK' if ratio >= 0.9 else 'BELOW'} the 0.9 target)")
 
 
 if __name__ == "__main__":

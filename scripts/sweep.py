@@ -18,24 +18,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from attnres_helpers.data import load_splits
+from attnres_helpers.experiments import ROOT, data_path
+from attnres_helpers.files import write_text_atomic
+from attnres_helpers.measure import measure_model
+from attnres_helpers.model import ModelConfig
+from attnres_helpers.store import records as profile_records
+from attnres_helpers.train import train
 
-from attnres_helpers.data import load_splits  # noqa: E402
-from attnres_helpers.files import write_text_atomic  # noqa: E402
-from attnres_helpers.measure import measure_model  # noqa: E402
-from attnres_helpers.model import ModelConfig  # noqa: E402
-from attnres_helpers.train import train  # noqa: E402
-
-# Spelled out in full, so that the sweep does not move when the shipped preset changes.
+# Spelled out in full, so that the sweep does not move when the shipped preset or ModelConfig's
+# defaults change (xPos's B was 512 when the sweep ran; ModelConfig's default is now L/2).
 BASE = {
-    "model": {"train_len": 64, "n_layer": 4, "n_head": 4, "d_model": 128},
+    "model": {"train_len": 64, "n_layer": 4, "n_head": 4, "d_model": 128, "xpos_scale_base": 512.0},
     "train": {"steps": 400, "batch_tokens": 4096, "lr": 2e-3, "warmup": 40},
 }
 
@@ -53,7 +51,8 @@ POINTS = {
     "lr1e-3": {"train": {"lr": 1e-3}},
 }
 ENCODINGS = ("rope", "alibi", "sinusoidal", "xpos")  # xPos is only needed where BCA is checked
-SWEEP_DIR = ROOT / "data" / "sweep"  # one records file a point: <point>.json
+SWEEP_DIR = data_path("sweep")  # one records file a point: <point>.json
+RECORD_DROPPED = ("run", "boundary")  # constant within the sweep (boundary "zero"); not in its files
 
 
 def point_settings(name: str) -> tuple[dict, dict]:
@@ -67,11 +66,12 @@ def summarise(head_modes=("mean-scores", "mean-R")) -> str:
     """A markdown summary of every point swept so far: the pairs, and which findings of Table 3 hold."""
     from attnres_helpers.tables import LEVEL_TOLERANCE, format_table, pair_table
 
-    lines = ["# Sweep summary", "", "Written by `python scripts/sweep.py --summary` from data/sweep/*.json. "
+    lines = ["# Sweep summary", "", summarise_round2(), "", "## Round 1 (2 layers chosen; layer means, different windows)", "",
+             "Written by `python scripts/sweep.py --summary` from data/sweep/*.json. "
              "Seed 0 unless stated; R is the layer mean (boundary \"zero\"); train_s is the training wall "
              "time of one model on the machine and load it ran on (two sweeps shared 2 busy cores, one "
              "torch thread each).", "",
-             "The shipped configuration is the point `depth2`: the cheapest one (about 80 s a model) that "
+             "Round 1 shipped the point `depth2`: the cheapest one (about 80 s a model) that "
              "shows every finding below that any point shows. `steps800` was not run for lack of time; "
              "`steps200` against `base` is the steps axis. Points that change only RoPE's base train "
              "identical ALiBi and sinusoidal models, which the identical rows show.", ""]
@@ -108,6 +108,41 @@ def summarise(head_modes=("mean-scores", "mean-R")) -> str:
     return "\n".join(lines)
 
 
+def summarise_round2() -> str:
+    """Round 2: per-layer R (the layers above the first) and same-window perplexity, around the new
+    default (4 layers, L = 128, 1600 steps): the GPU-trained points of data/sweep/round2.safetensors
+    (scripts/gpu_runs.py) and the shipped CPU-trained default itself (data/results/default.safetensors)."""
+    from attnres_helpers.experiments import STORE, TRAINING
+    from attnres_helpers.store import load_profiles, records
+    from attnres_helpers.tables import CHECK_DESCRIPTIONS, format_table, pair_table, reversal_checks
+
+    points = {}
+    round2, about = load_profiles(data_path("sweep", "round2.safetensors"))
+    for r in records(round2, head_modes=("mean-scores",)):
+        points.setdefault((r["point"], "GPU"), []).append(r)
+    if STORE.is_file():
+        points[("default (shipped, 1600 steps)", "CPU")] = records(load_profiles(STORE)[0], head_modes=("mean-scores",))
+    lines = ["## Round 2: the reversal per layer, in the same windows", "",
+             "Written by `python scripts/sweep.py --summary`. The question: the cheapest configuration where, in the "
+             "layers above the first (mean-scores, boundary zero), RoPE has the highest R(L) of RoPE, ALiBi and "
+             "sinusoidal and falls below ALiBi at 2L, and where RoPE's perplexity in the same 2L windows is below "
+             "ALiBi's before L and above it past L, on the seed means and in at least 2 of 3 seeds. "
+             f"Base: 4 layers, width 128, 4 heads, L = 128, training {TRAINING}. The GPU points ran in one "
+             "session on a lent GPU (`scripts/gpu_runs.py`, TF32); its time limit stopped them after 13 of 63 "
+             "models, so `steps800` has 1-2 seeds and the points steps3200, L64, depth2, depth6 and lr1e-3 were "
+             "not reached. The default itself was trained on 2 CPU cores (`python -m attnres_helpers reproduce`).", ""]
+    wanted = ["rope_highest_at_L", "rope_below_alibi_at_2L", "rope_better_first_L", "rope_worse_past_L"]
+    for (point, device), recs in points.items():
+        checks = reversal_checks(recs, layer="upper", partial=True)
+        rows = pair_table(recs, "mean-scores", "upper")
+        lines += [f"### {point} ({device})", "", "```",
+                  format_table(rows, ["encoding", "seeds", "R(L)", "R(2L)", "ppl(2L) first L", "ppl(2L) past L"], digits=4),
+                  "```", ""]
+        lines += [f"- {CHECK_DESCRIPTIONS[n]}: {checks[n].holds} on the means, {checks[n].seeds_holding} of "
+                  f"{checks[n].seeds} seeds" for n in wanted if n in checks] + [""]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--points", nargs="+", default=list(POINTS), choices=list(POINTS))
@@ -139,7 +174,13 @@ def main(argv=None) -> None:
                 model, summary = train(cfg, seed=seed, out_dir=out, checkpoint_every=0, progress=False,
                                        **train_settings)
                 train_s = summary["results"]["wall_s"]
-                recs = measure_model(model, val_tokens, seed=seed, multiples=(1, 2), n_windows=args.windows)
+                profiles = measure_model(model, val_tokens, f"{point}-{encoding}-s{seed}",
+                                         {"encoding": encoding, "seed": seed, "train_len": cfg.train_len},
+                                         multiples=(1, 2), n_windows=args.windows)
+                # the records of the sweep's files: per layer and the layer mean ("upper" is derivable
+                # from the per-layer records), now with perplexity_first_L
+                recs = [{k: v for k, v in r.items() if k not in RECORD_DROPPED}
+                        for r in profile_records(profiles) if r["layer"] != "upper"]
                 for r in recs:
                     r.update(point=point, train_wall_s=train_s, val_loss=summary["results"]["val_loss"],
                              **{f"train_{k}": v for k, v in train_settings.items()}, model=cfg.to_dict())

@@ -1,50 +1,100 @@
-"""The shipped experiment, run end to end on tiny models: train, measure, write, re-measure."""
+"""The shipped experiment, run end to end on tiny models in tmp_path: train, measure, store, verify,
+re-measure. Nothing here reads data/checkpoints/ or data/results/ (they may be being regenerated)."""
 
+import functools
 import json
+import shutil
 
 import pytest
 import torch
 
 from attnres_helpers import experiments
+from attnres_helpers.model import preset
+from attnres_helpers.store import load_profiles, records
 from attnres_helpers.tables import record_mismatches
 
 TINY = {"train_len": 16, "n_layer": 2, "n_head": 2, "d_model": 32}
+TINY_TRAINING = {"steps": 6, "batch_tokens": 64, "lr": 1e-3, "warmup": 2}
+TINY_MEASURE = {"multiples": (1, 2), "n_windows": 3}
+ENCODINGS, SEEDS = ("rope", "sinusoidal"), (0, 1)
+
+
+def _tiny_settings(mp):
+    """Point the experiment's settings at tiny models. train_one binds TRAINING as a default argument
+    when the module is imported, so it is wrapped to train with TINY_TRAINING too."""
+    mp.setattr(experiments, "MODEL", TINY)
+    mp.setattr(experiments, "TRAINING", TINY_TRAINING)
+    mp.setattr(experiments, "MEASURE", TINY_MEASURE)
+    mp.setattr(experiments, "train_one", functools.partial(experiments.train_one, training=TINY_TRAINING))
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("ckpt")
-    results = root / "results.json"
+    store = root.parent / "results" / "default.safetensors"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(experiments, "MODEL", TINY)
-        mp.setattr(experiments, "TRAINING", {"steps": 6, "batch_tokens": 64, "lr": 1e-3, "warmup": 2})
-        mp.setattr(experiments, "MEASURE", {"multiples": (1, 2), "n_windows": 3})
-        records = experiments.reproduce(root, results, encodings=("rope", "sinusoidal"), seeds=(0, 1), jobs=1,
-                                        progress=False)
-        remeasured = experiments.measure_checkpoints(root, ("rope", "sinusoidal"), (0, 1), progress=False)
-    return root, results, records, remeasured
+        _tiny_settings(mp)
+        profiles = experiments.reproduce(root, store, encodings=ENCODINGS, seeds=SEEDS, jobs=1, progress=False)
+        remeasured = experiments.measure_checkpoints(root, ENCODINGS, SEEDS, progress=False)
+    torch.set_num_threads(threads)
+    return root, store, profiles, remeasured
 
 
-def test_reproduce_writes_every_checkpoint_and_record(tiny_run):
-    root, results, records, _ = tiny_run
-    for enc in ("rope", "sinusoidal"):
-        for seed in (0, 1):
+def test_reproduce_writes_every_checkpoint_and_the_store(tiny_run):
+    root, store, profiles, _ = tiny_run
+    for enc in ENCODINGS:
+        for seed in SEEDS:
             d = experiments.checkpoint_dir(enc, seed, root)
-            assert (d / "model.safetensors").is_file() and (d / "config.json").is_file()
-    shipped = experiments.load_results(results)
-    assert shipped == records
-    # rope: 2 lengths x (no BCA, BCA); sinusoidal: 2 lengths, no BCA; each x 2 head modes x (2 layers + mean)
-    per_model = {"rope": 2 * 2 * 2 * 3, "sinusoidal": 2 * 2 * 3}
+            assert sorted(p.name for p in d.iterdir()) == ["config.json", "model.safetensors"]
+            config = json.loads((d / "config.json").read_text())
+            assert config["model"] == preset("default", encoding=enc, **TINY).to_dict()
+            assert {k: config["train"][k] for k in TINY_TRAINING} == TINY_TRAINING and config["train"]["seed"] == seed
+    # rope: 2 lengths x (no BCA, BCA); sinusoidal: 2 lengths, no BCA
+    assert sorted((p.run, p.eval_len, p.bca) for p in profiles) == sorted(
+        [(f"rope-s{s}", T, bca) for s in SEEDS for T in (16, 32) for bca in (False, True)]
+        + [(f"sinusoidal-s{s}", T, False) for s in SEEDS for T in (16, 32)])
+    loaded, about = load_profiles(store)
+    assert about == {"command": experiments.REPRODUCE_COMMAND, "measure": {"multiples": [1, 2], "n_windows": 3},
+                     "training": TINY_TRAINING}
+    assert sorted(p.key for p in loaded) == sorted(p.key for p in profiles)
+    by_key = {p.key: p for p in profiles}
+    for p in loaded:  # float32 store: exactly the measured arrays
+        assert torch.equal(p.s_hat, by_key[p.key].s_hat) and torch.equal(p.nll, by_key[p.key].nll)
+        assert p.meta == json.loads(json.dumps(by_key[p.key].meta))
+    meta = by_key["rope-s1/32/1"].meta
+    assert (meta["encoding"], meta["seed"], meta["train_len"]) == ("rope", 1, 16)
+    assert meta["model"]["xpos_scale_base"] == 8.0 and meta["training"]["steps"] == TINY_TRAINING["steps"]
+
+
+def test_load_results_are_the_records_of_the_store(tiny_run):
+    _, store, profiles, _ = tiny_run
+    shipped = experiments.load_results(store)
+    assert shipped == records(load_profiles(store)[0])
+    assert record_mismatches(shipped, records(profiles)) == []
+    # per model: profiles x 2 head modes x (2 layers + "mean" + "upper")
+    per_model = {"rope": 4 * 2 * 4, "sinusoidal": 2 * 2 * 4}
     for enc, n in per_model.items():
-        for seed in (0, 1):
-            assert sum(r["encoding"] == enc and r["seed"] == seed for r in records) == n
-    assert json.loads(results.read_text())["command"] == experiments.REPRODUCE_COMMAND
+        for seed in SEEDS:
+            assert sum(r["encoding"] == enc and r["seed"] == seed for r in shipped) == n
+    drop = experiments.load_results(store, boundary="drop")
+    assert [r["boundary"] for r in drop] == ["drop"] * len(shipped)
+    for a, b in zip(drop, shipped):
+        assert {k: v for k, v in a.items() if k not in ("boundary", "resolution")} == \
+            {k: v for k, v in b.items() if k not in ("boundary", "resolution")}
+        if a["bca"] and a["eval_len"] > a["train_len"]:  # BCA masks the far distances: p_{N-1} = 0, no boundary term
+            assert a["resolution"] == pytest.approx(b["resolution"], rel=1e-12)
+        else:  # drop leaves out the last term, p_{N-1}² > 0
+            assert a["resolution"] < b["resolution"]
+    assert [a["perplexity"] for a in drop] == [b["perplexity"] for b in shipped]
 
 
-def test_remeasuring_the_checkpoints_gives_the_shipped_records(tiny_run):
-    _, _, records, remeasured = tiny_run
-    assert record_mismatches(remeasured, records) == []
+def test_remeasuring_the_checkpoints_gives_the_stored_profiles(tiny_run):
+    _, _, profiles, remeasured = tiny_run
+    assert [p.key for p in remeasured] == [p.key for p in profiles]
+    for a, b in zip(remeasured, profiles):
+        assert torch.equal(a.s_hat, b.s_hat) and torch.equal(a.nll, b.nll) and a.meta == b.meta
 
 
 def test_sha256sums_name_every_checkpoint_file(tiny_run):
@@ -52,28 +102,127 @@ def test_sha256sums_name_every_checkpoint_file(tiny_run):
     lines = (root / "SHA256SUMS").read_text().splitlines()
     assert len(lines) == 2 * 2 * 2  # 4 models x (weights, config)
     assert all(len(line.split("  ")[0]) == 64 for line in lines)
+    assert sorted(line.split("  ")[1] for line in lines) == sorted(
+        f"{e}-s{s}/{f}" for e in ENCODINGS for s in SEEDS for f in ("config.json", "model.safetensors"))
     assert experiments.sha256sums(root) == (root / "SHA256SUMS").read_text()
+    experiments.verify_checkpoints(root)  # no error
+
+
+def _flip_byte(path, offset=-10):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _rope_to_alibi(path):
+    text = path.read_text()
+    assert '"rope"' in text
+    path.write_text(text.replace('"rope"', '"alibi"'))
+
+
+@pytest.mark.parametrize("name, tamper", [
+    ("rope-s0/model.safetensors", _flip_byte),
+    ("rope-s0/config.json", _rope_to_alibi),
+    ("sinusoidal-s1/model.safetensors", lambda p: _flip_byte(p, offset=200)),
+])
+def test_a_tampered_checkpoint_is_refused(tiny_run, tmp_path, name, tamper):
+    root = shutil.copytree(tiny_run[0], tmp_path / "ckpt")
+    experiments.verify_checkpoints(root)
+    tamper(root / name)
+    with pytest.raises(ValueError, match=f"{root / name} does not match SHA256SUMS"):
+        experiments.verify_checkpoints(root)
+    # measured or not, any tampered file under root stops the measurement before a model is built
+    with pytest.raises(ValueError, match=str(root / name)):
+        experiments.measure_checkpoints(root, encodings=("rope",), seeds=(0,), progress=False)
+
+
+def test_missing_extra_and_malformed_checkpoint_files_are_refused(tiny_run, tmp_path):
+    root = shutil.copytree(tiny_run[0], tmp_path / "ckpt")
+    (root / "rope-s1" / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"rope-s1/model\.safetensors is listed in SHA256SUMS but missing"):
+        experiments.verify_checkpoints(root)
+    shutil.copy(tiny_run[0] / "rope-s1" / "model.safetensors", root / "rope-s1")
+    (root / "rope-s1" / "extra.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"rope-s1/extra\.json is not listed in SHA256SUMS"):
+        experiments.verify_checkpoints(root)
+    (root / "rope-s1" / "extra.json").unlink()
+    experiments.verify_checkpoints(root)
+    (root / "SHA256SUMS").write_text("not a sum  rope-s0/config.json\n")
+    with pytest.raises(ValueError, match="SHA256SUMS has a malformed line"):
+        experiments.verify_checkpoints(root)
+    (root / "SHA256SUMS").unlink()
+    with pytest.raises(FileNotFoundError, match="SHA256SUMS is missing"):
+        experiments.measure_checkpoints(root, encodings=("rope",), seeds=(0,), progress=False)
 
 
 def test_reproduce_reuses_finished_runs(tiny_run, monkeypatch):
-    root, results, records, _ = tiny_run
+    root = tiny_run[0]
     calls = []
-    monkeypatch.setattr(experiments, "MODEL", TINY)
-    monkeypatch.setattr(experiments, "TRAINING", {"steps": 6, "batch_tokens": 64, "lr": 1e-3, "warmup": 2})
+    _tiny_settings(monkeypatch)
     real_train = experiments.train
     monkeypatch.setattr(experiments, "train", lambda *a, **k: calls.append(k) or real_train(*a, **k))
-    wall = experiments.train_one(experiments.model_config("rope"), 0, experiments.checkpoint_dir("rope", 0, root))
+    wall = experiments.train_one(experiments.model_config("rope"), 0, experiments.checkpoint_dir("rope", 0, root),
+                                 training=TINY_TRAINING)
     saved = json.loads((experiments.checkpoint_dir("rope", 0, root) / "config.json").read_text())
     assert calls and wall == saved["results"]["wall_s"]  # loaded, not retrained: same wall time
 
 
+@pytest.mark.xfail(strict=True, reason="package bug: train_one binds TRAINING as a default argument at import, "
+                   "so reproduce() records experiments.TRAINING in the store's 'about' but trains with the old value")
+def test_train_one_trains_with_the_current_training_settings(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(experiments, "TRAINING", TINY_TRAINING)
+    monkeypatch.setattr(experiments, "train", lambda *a, **k: seen.append(k) or (None, {"results": {"wall_s": 0.0}}))
+    experiments.train_one(preset("tiny"), 0, tmp_path)
+    assert seen[0]["steps"] == TINY_TRAINING["steps"]
+
+
 def test_load_results_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="reproduce"):
-        experiments.load_results(tmp_path / "missing.json")
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    with pytest.raises(ValueError, match="bad.json"):
+        experiments.load_results(tmp_path / "missing.safetensors")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+    with pytest.raises(ValueError, match="bad.safetensors"):
         experiments.load_results(bad)
-    bad.write_text(json.dumps({"no_records": []}))
-    with pytest.raises(ValueError, match="bad.json"):
-        experiments.load_results(bad)
+
+
+def test_family_settings():
+    assert len(experiments.FAMILY) == 21
+    specs = experiments.family_specs(seeds=(0, 1), runs_root=experiments.Path("/nonexistent"))
+    assert len(specs) == 42 and len({s.name for s in specs}) == 42
+    by_name = {s.name: s for s in specs}
+    xpos = by_name["xpos-B-64--gamma-1-6-s1"]
+    assert (xpos.cfg.encoding, xpos.cfg.scale_base, xpos.cfg.xpos_gamma, xpos.seed) == ("xpos", 64.0, 1.6, 1)
+    assert xpos.meta["config"] == "xpos B 64, gamma 1.6" and xpos.meta["model"]["train_len"] == 128
+    alibi = by_name["alibi-slopes-x0-25-s0"]
+    assert alibi.cfg.alibi_slope_scale == 0.25 and alibi.meta["params"] == {"alibi_slope_scale": 0.25}
+    assert by_name["rope-base-100000-s0"].cfg.rope_base == 1e5
+    assert {s.cfg.encoding for s in specs} == {"rope", "xpos", "alibi", "sinusoidal", "nope"}
+    assert all(s.training == experiments.TRAINING and s.cfg.n_layer == 4 for s in specs)
+    ds = experiments.family_dataset(seeds=(0,), device="cuda")
+    assert ds.dtype == torch.float16 and len(ds.specs) == 21 and ds.about["command"].endswith("--device cuda")
+
+
+def test_run_datasets_trains_measures_and_then_keeps(tmp_path):
+    """One tiny run through the process pool; a second call finds it in the store and re-runs nothing."""
+    spec = experiments.RunSpec("tiny-rope-s3", preset("tiny"), 3, tmp_path / "runs" / "tiny-rope-s3",
+                               training=TINY_TRAINING, extra={"config": "tiny"}, measure=dict(TINY_MEASURE))
+    store = tmp_path / "store.safetensors"
+    ds = experiments.Dataset(store, [spec], {"command": "test"})
+    kept = experiments.run_datasets([ds], jobs=1, progress=False)[store]
+    assert sorted((p.eval_len, p.bca) for p in kept) == [(16, False), (16, True), (32, False), (32, True)]
+    loaded, about = load_profiles(store)
+    assert about == {"command": "test"} and [p.key for p in loaded] == sorted(p.key for p in kept)
+    meta = loaded[0].meta
+    assert meta["config"] == "tiny" and meta["seed"] == 3 and set(meta["trained"]) == {
+        "train_loss", "val_loss", "wall_s", "tokens_per_s", "device"}
+    before = store.stat().st_mtime_ns
+    again = experiments.run_datasets([ds], jobs=1, progress=False)[store]
+    assert store.stat().st_mtime_ns == before and [p.key for p in again] == [p.key for p in loaded]
+    # a spec whose metadata changed is run again
+    changed = experiments.Dataset(store, [experiments.RunSpec(spec.name, spec.cfg, spec.seed, tmp_path / "other",
+                                                              TINY_TRAINING, {"config": "tiny, changed"},
+                                                              dict(TINY_MEASURE))], {"command": "test"})
+    rerun = experiments.run_datasets([changed], jobs=1, progress=False)[store]
+    assert {p.meta["config"] for p in rerun} == {"tiny, changed"}
+    assert {p.meta["config"] for p in load_profiles(store)[0]} == {"tiny, changed"}

@@ -7,7 +7,12 @@ Closed forms used below, for the geometric profile s[n] = -m·n with x = e^{-m},
     drop:  R = (1-x)² (1 - x^{2N-2}) / ((1-x^N)² (1+x))     (= zero − p_{N-1}²)
 """
 
+import importlib
 import math
+import types
+from pathlib import Path
+
+import attnres_helpers
 import attnres_helpers.metric
 
 import numpy as np
@@ -446,3 +451,34 @@ def test_resolution_rejects_unknown_boundary():
 def test_expected_scores_rejects_bad_logits(bad, message):
     with pytest.raises(ValueError, match=message):
         expected_scores(bad)
+
+
+# One meaning per name: a module of the package and a name exported by the package never collide.
+PACKAGE_DIR = Path(attnres_helpers.__file__).resolve().parent
+MODULES = sorted(p.stem for p in PACKAGE_DIR.glob("*.py") if p.stem not in ("__init__", "__main__"))
+
+
+def test_the_module_list_is_the_package():
+    assert "metric" in MODULES and "store" in MODULES and "resolution" not in MODULES
+    assert len(MODULES) >= 13
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_one_meaning_per_name(name):
+    module = importlib.import_module("attnres_helpers." + name)
+    assert isinstance(module, types.ModuleType) and module.__name__ == "attnres_helpers." + name
+    assert getattr(attnres_helpers, name, None) in (None, module)
+    assert name not in attnres_helpers.__all__
+
+
+def test_resolution_is_the_function_only():
+    assert attnres_helpers.resolution is attnres_helpers.metric.resolution
+    assert callable(attnres_helpers.resolution) and not isinstance(attnres_helpers.resolution, types.ModuleType)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("attnres_helpers.resolution")
+    assert attnres_helpers.resolution is attnres_helpers.metric.resolution  # the failed import changed nothing
+    for exported in attnres_helpers.__all__:
+        assert not isinstance(getattr(attnres_helpers, exported), types.ModuleType), exported
+    assert attnres_helpers.DESIGN_CURVES is importlib.import_module("attnres_helpers.encodings").DESIGN_CURVES
+    assert not hasattr(importlib.import_module("attnres_helpers.encodings"), "ENCODINGS")
+    assert not hasattr(importlib.import_module("attnres_helpers.model"), "ENCODINGS")

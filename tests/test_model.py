@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from attnres_helpers.measure import attention_scores, measure_windows, records_from
+from attnres_helpers.measure import attention_scores, measure_windows
 from attnres_helpers.model import (
     MODEL_ENCODINGS,
     ModelConfig,
@@ -15,6 +15,7 @@ from attnres_helpers.model import (
     blockwise_causal_mask,
     preset,
 )
+from attnres_helpers.store import Profile, records
 
 
 def tiny(encoding, **kw):
@@ -164,9 +165,65 @@ def test_bad_config_rejected(kw, match):
         ModelConfig(**kw)
 
 
+@pytest.mark.parametrize("kw, match", [
+    (dict(rope_base=float("nan")), "rope_base must be a finite number"),
+    (dict(rope_base=float("inf")), "rope_base must be a finite number"),
+    (dict(rope_base=-float("inf")), "rope_base must be a finite number"),
+    (dict(rope_base=2e9), r"rope_base must be in \(1, 1e9\]"),
+    (dict(n_layer=0), "n_layer must be a positive integer, got 0"),
+    (dict(n_layer=-1), "n_layer must be a positive integer, got -1"),
+    (dict(n_layer="2"), "n_layer must be a positive integer, got '2'"),
+    (dict(n_layer=2.0), "n_layer must be a positive integer, got 2.0"),
+    (dict(n_layer=True), "n_layer must be a positive integer"),
+    (dict(n_head=0), "n_head must be a positive integer, got 0"),
+    (dict(d_model=0), "d_model must be a positive integer, got 0"),
+    (dict(train_len=0), "train_len must be a positive integer"),
+    (dict(train_len=15), "even"),
+    (dict(vocab_size=0), "vocab_size must be a positive integer"),
+    (dict(xpos_gamma=float("nan")), "xpos_gamma must be a finite number"),
+    (dict(xpos_gamma=0.0), r"xpos_gamma must be in \(0, 100\]"),
+    (dict(xpos_scale_base=float("inf")), "xpos_scale_base must be a finite number"),
+    (dict(xpos_scale_base=0.0), r"xpos_scale_base in \(0, 1e9\]"),
+    (dict(xpos_scale_base="512"), "xpos_scale_base must be a finite number"),
+    (dict(alibi_slope_scale=float("nan")), "alibi_slope_scale must be a finite number"),
+    (dict(alibi_slope_scale=2e3), r"alibi_slope_scale must be in \[0, 1000\]"),
+])
+def test_every_config_field_is_validated(kw, match):
+    with pytest.raises(ValueError, match=match):
+        ModelConfig(**kw)
+    with pytest.raises(ValueError, match=match):
+        preset("tiny", **kw)  # presets go through the same checks
+
+
+def test_config_defaults_and_xpos_scale_base():
+    cfg = ModelConfig(encoding="xpos")
+    assert (cfg.train_len, cfg.n_layer, cfg.n_head, cfg.d_model) == (128, 4, 4, 128)
+    assert cfg.xpos_scale_base is None and cfg.scale_base == 64.0
+    assert cfg.to_dict()["xpos_scale_base"] == 64.0  # L/2, written out
+    assert ModelConfig(encoding="xpos", xpos_scale_base=512.0).to_dict()["xpos_scale_base"] == 512.0
+    assert ModelConfig(encoding="xpos", train_len=256).to_dict()["xpos_scale_base"] == 128.0
+    assert preset("tiny", encoding="xpos").scale_base == 8.0
+    assert preset("small") == ModelConfig(train_len=64, n_layer=2)
+    assert (preset("large").n_layer, preset("large").d_model, preset("large").train_len) == (8, 256, 256)
+    with pytest.raises(ValueError, match="unknown preset"):
+        preset("huge")
+
+
+def test_xpos_scale_base_none_is_the_same_model_as_half_L():
+    resolved = tiny("xpos", xpos_scale_base=8.0)  # tiny: L = 16
+    default = tiny("xpos")
+    x = torch.randint(0, 256, (2, 20), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(default(x)[0], resolved(x)[0])
+    assert not torch.equal(tiny("xpos", xpos_scale_base=512.0)(x)[0], default(x)[0])
+
+
 def test_config_round_trip_and_strict_keys():
-    cfg = preset("tiny", encoding="xpos")
-    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+    cfg = preset("tiny", encoding="xpos")  # xpos_scale_base None: B = L/2, written out by to_dict
+    again = ModelConfig.from_dict(cfg.to_dict())
+    assert again.to_dict() == cfg.to_dict() and again.scale_base == cfg.scale_base == cfg.train_len / 2
+    assert again == preset("tiny", encoding="xpos", xpos_scale_base=cfg.train_len / 2)
+    explicit = preset("tiny", encoding="xpos", xpos_scale_base=5.0)
+    assert ModelConfig.from_dict(explicit.to_dict()) == explicit
     with pytest.raises(ValueError, match="unknown"):
         ModelConfig.from_dict({**cfg.to_dict(), "extra": 1})
     with pytest.raises(ValueError, match="missing"):
@@ -189,8 +246,12 @@ def test_measure_on_tiny_model_gives_finite_resolution(encoding):
     m = measure_windows(model, windows, batch_size=2)
     assert m["s_hat"].shape == (model.cfg.n_layer, model.cfg.n_head, 2 * L)
     assert m["nll"].shape == (2 * L,)
-    recs = records_from(m["s_hat"], m["nll"], encoding=encoding, seed=0, train_len=L, eval_len=2 * L, bca=False)
-    assert len(recs) == 2 * (model.cfg.n_layer + 1)
+    profile = Profile("tiny", {"encoding": encoding, "seed": 0, "train_len": L}, 2 * L, False,
+                      m["s_hat"].float(), m["nll"])
+    recs = records([profile])
+    # 2 head modes x (2 layers + "mean" + "upper")
+    assert len(recs) == 2 * (model.cfg.n_layer + 2)
+    assert {r["layer"] for r in recs} == {0, 1, "mean", "upper"}
     for r in recs:
         assert math.isfinite(r["resolution"]) and r["resolution"] < 1
         assert math.isfinite(r["perplexity"]) and r["perplexity"] > 1

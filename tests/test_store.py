@@ -1,0 +1,320 @@
+"""The measurement store (attnres_helpers.store): ŝ and per-position NLL are kept, R and perplexity
+are queries over them. Tiny models are trained in tmp_path; no shipped file is read."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnres_helpers.__main__ import main as cli_main
+from attnres_helpers.data import eval_windows, load_splits
+from attnres_helpers.measure import measure_model, measure_windows
+from attnres_helpers.metric import BOUNDARIES, HEAD_MODES, layer_resolution
+from attnres_helpers.model import preset
+from attnres_helpers.store import Profile, load_profiles, perplexities, records, save_profiles
+from attnres_helpers.train import train
+
+ROOT = Path(__file__).resolve().parent.parent
+L = 16  # the tiny preset's training length
+TRAIN = dict(steps=20, batch_tokens=128, lr=3e-3, warmup=2, seed=0, checkpoint_every=0, progress=False)
+
+
+@pytest.fixture(scope="module")
+def val_tokens():
+    return load_splits()[1]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Trained tiny models: rope with 3 layers (so "upper" averages two layers), alibi with 2."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    models = {}
+    for encoding, n_layer in (("rope", 3), ("alibi", 2)):
+        out = tmp_path_factory.mktemp(f"run-{encoding}")
+        models[encoding], _ = train(preset("tiny", encoding=encoding, n_layer=n_layer), out_dir=out, **TRAIN)
+    torch.set_num_threads(threads)
+    return models
+
+
+@pytest.fixture(scope="module")
+def profiles(trained, val_tokens):
+    """Profiles of the trained rope model at L and 2L, with and without BCA."""
+    return measure_model(trained["rope"], val_tokens, "rope-s0", {"seed": 0, "note": "test"}, multiples=(1, 2),
+                         n_windows=4, batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def store(profiles, tmp_path_factory):
+    path = tmp_path_factory.mktemp("store") / "default.safetensors"
+    save_profiles(path, profiles, {"command": "test", "measure": {"multiples": (1, 2)}})
+    return path
+
+
+def by_key(recs):
+    return {(r["run"], r["eval_len"], r["bca"], r["head_mode"], r["layer"]): r for r in recs}
+
+
+# -------------------------------------------------------------------------- (a) stored ŝ -> R is measure's R
+
+def test_measure_model_profiles(profiles, trained):
+    assert [(p.eval_len, p.bca) for p in profiles] == [(L, False), (L, True), (2 * L, False), (2 * L, True)]
+    for p in profiles:
+        assert p.meta == {"seed": 0, "note": "test", "encoding": "rope", "train_len": L}
+        assert p.s_hat.dtype == torch.float32 and p.s_hat.shape == (3, 2, p.eval_len)
+        assert p.nll.dtype == torch.float64 and p.nll.shape == (p.eval_len,)
+    plain, bca = profiles[2], profiles[3]  # 2L: BCA masks every distance >= L (blocks of L/2)
+    assert torch.isneginf(bca.s_hat[..., L:]).all() and torch.isfinite(bca.s_hat[..., :L]).all()
+    assert torch.isfinite(plain.s_hat).all()
+    # 20 steps already beat uniform over bytes (log 256 = 5.5 nats) by more than a nat
+    assert float(plain.nll[:L].mean()) < math.log(256) - 1.0
+
+
+def test_stored_profiles_give_the_measured_records_exactly(profiles, store):
+    loaded, about = load_profiles(store)
+    assert about == {"command": "test", "measure": {"multiples": [1, 2]}}
+    assert [p.key for p in loaded] == sorted(p.key for p in profiles)
+    for p in loaded:
+        original = next(q for q in profiles if q.key == p.key)
+        assert torch.equal(p.s_hat, original.s_hat) and torch.equal(p.nll, original.nll)
+        assert (p.run, p.meta, p.eval_len, p.bca) == (original.run, original.meta, original.eval_len, original.bca)
+    for boundary in BOUNDARIES:
+        for temperature in (1.0, 0.5):
+            in_memory = records(profiles, boundary, temperature=temperature)
+            assert len(in_memory) == 4 * 2 * (3 + 2)  # profiles x head modes x (3 layers, mean, upper)
+            assert by_key(records(loaded, boundary, temperature=temperature)) == by_key(in_memory)
+
+
+def test_records_are_layer_resolution_of_the_stored_s_hat(profiles, store):
+    loaded, _ = load_profiles(store)
+    for boundary in BOUNDARIES:
+        recs = by_key(records(loaded, boundary, temperature=2.0))
+        for p in profiles:
+            for head_mode in HEAD_MODES:
+                direct = layer_resolution(p.s_hat.double() * 2.0, head_mode, boundary)  # (layers,)
+                assert direct.shape == (3,)
+                expected = {0: float(direct[0]), 1: float(direct[1]), 2: float(direct[2]),
+                            "mean": float(direct.mean()), "upper": float(direct[1:].mean())}
+                for layer, r in expected.items():
+                    rec = recs[(p.run, p.eval_len, p.bca, head_mode, layer)]
+                    assert rec["resolution"] == r and rec["boundary"] == boundary
+                    # and what float32 arithmetic on the same ŝ gives, to float32 accuracy
+                    single = layer_resolution(p.s_hat * 2.0, head_mode, boundary)
+                    if isinstance(layer, int):
+                        assert rec["resolution"] == pytest.approx(float(single[layer]), rel=1e-4, abs=1e-6)
+                    ppl = perplexities(p.nll, L)
+                    assert rec["perplexity"] == math.exp(float(p.nll.mean()))
+                    assert {k: rec[k] for k in ppl} == ppl
+
+
+def test_perplexities_spans():
+    nll = torch.log(torch.arange(1.0, 9.0, dtype=torch.float64))  # ppl of position n is n + 1
+    out = perplexities(nll, 4)
+    assert out["perplexity"] == pytest.approx(math.exp(math.log(math.factorial(8)) / 8))
+    assert out["perplexity_first_L"] == pytest.approx(24 ** (1 / 4))  # geometric mean of 1..4
+    assert out["perplexity_past_L"] == pytest.approx((5 * 6 * 7 * 8) ** (1 / 4))
+    at_L = perplexities(nll[:4], 4)
+    assert at_L["perplexity_first_L"] == at_L["perplexity"] == out["perplexity_first_L"]
+    assert at_L["perplexity_past_L"] is None
+
+
+def test_float16_store_records_follow_the_stored_values(profiles, tmp_path):
+    path = tmp_path / "half.safetensors"
+    save_profiles(path, profiles, dtype=torch.float16)
+    loaded, about = load_profiles(path)
+    assert about == {}
+    rounded = [Profile(p.run, p.meta, p.eval_len, p.bca, p.s_hat.half().float(), p.nll) for p in profiles]
+    assert by_key(records(loaded)) == by_key(records(rounded))  # R of exactly what is stored
+    full, half = by_key(records(profiles)), by_key(records(loaded))
+    for key, rec in full.items():
+        assert half[key]["resolution"] == pytest.approx(rec["resolution"], rel=1e-3, abs=1e-5)
+        assert half[key]["perplexity"] == rec["perplexity"]  # nll stays float64
+
+
+# ------------------------------------------------------------- (b) causal: positions < L see the same context
+
+@pytest.mark.parametrize("encoding", ["rope", "alibi"])
+def test_first_L_of_a_2L_window_is_the_L_window(trained, val_tokens, encoding):
+    model = trained[encoding]
+    windows = eval_windows(val_tokens, 2 * L, 6)  # (6, 2L+1)
+    long = measure_windows(model, windows, batch_size=4)
+    short = measure_windows(model, windows[:, : L + 1], batch_size=4)
+    torch.testing.assert_close(long["nll"][:L], short["nll"], rtol=1e-6, atol=0)
+    assert not torch.allclose(long["nll"][L:], long["nll"][:L])  # the second half is other text
+    meta = {"encoding": encoding, "seed": 0, "train_len": L}
+    at_2L = Profile("r", meta, 2 * L, False, long["s_hat"], long["nll"])
+    at_L = Profile("r", meta, L, False, short["s_hat"], short["nll"])
+    first_L = records([at_2L])[0]["perplexity_first_L"]
+    assert first_L == pytest.approx(records([at_L])[0]["perplexity"], rel=1e-6)
+    assert records([at_L])[0]["perplexity_first_L"] == records([at_L])[0]["perplexity"]
+
+
+# -------------------------------------------------------------------- (c) boundary and layer selections
+
+def test_drop_boundary_differs_from_zero_for_a_trained_model(profiles):
+    zero, drop = by_key(records(profiles, "zero")), by_key(records(profiles, "drop"))
+    assert zero.keys() == drop.keys()
+    for key, z in zero.items():
+        d = drop[key]
+        assert (z["boundary"], d["boundary"]) == ("zero", "drop")
+        _, eval_len, bca, _, _ = key
+        if bca and eval_len == 2 * L:  # BCA masks the last distances: no boundary term to drop
+            assert d["resolution"] == pytest.approx(z["resolution"], rel=1e-12)
+        else:
+            assert d["resolution"] < z["resolution"]  # drop leaves out p_{N-1}² > 0
+
+
+def test_upper_is_the_mean_over_layers_above_the_first(profiles):
+    for boundary in BOUNDARIES:
+        recs = by_key(records(profiles, boundary))
+        for p in profiles:
+            for head_mode in HEAD_MODES:
+                layer = {k: recs[(p.run, p.eval_len, p.bca, head_mode, k)]["resolution"] for k in (0, 1, 2)}
+                upper = recs[(p.run, p.eval_len, p.bca, head_mode, "upper")]["resolution"]
+                mean = recs[(p.run, p.eval_len, p.bca, head_mode, "mean")]["resolution"]
+                assert upper == pytest.approx((layer[1] + layer[2]) / 2, rel=1e-12)
+                assert mean == pytest.approx((layer[0] + layer[1] + layer[2]) / 3, rel=1e-12)
+                assert upper != mean
+
+
+def test_one_layer_profiles_have_no_upper_record():
+    s_hat = -torch.arange(8.0).expand(1, 2, 8).clone()  # (1 layer, 2 heads, 8)
+    p = Profile("one", {"encoding": "rope", "seed": 0, "train_len": 4}, 8, False, s_hat, torch.zeros(8, dtype=torch.float64))
+    recs = records([p], head_modes=("mean-scores",))
+    assert [r["layer"] for r in recs] == [0, "mean"]
+    assert recs[0]["resolution"] == recs[1]["resolution"] == pytest.approx(float(layer_resolution(s_hat[0])))
+    assert recs[0]["perplexity"] == 1.0 and recs[0]["perplexity_past_L"] == 1.0
+
+
+# ------------------------------------------------------------------------------------------ (e) store errors
+
+def _profile(**changes):
+    fields = {"run": "r", "meta": {"encoding": "rope", "seed": 0, "train_len": 4}, "eval_len": 8, "bca": False,
+              "s_hat": torch.zeros(2, 2, 8), "nll": torch.ones(8, dtype=torch.float64)}
+    return Profile(**{**fields, **changes})
+
+
+def test_missing_and_corrupt_stores(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing"):
+        load_profiles(tmp_path / "missing.safetensors")
+    bad = tmp_path / "random.safetensors"
+    bad.write_bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0),
+                                  dtype=torch.uint8).numpy().tobytes())
+    with pytest.raises(ValueError, match=r"random\.safetensors is corrupt or not a store"):
+        load_profiles(bad)
+    good = tmp_path / "good.safetensors"
+    save_profiles(good, [_profile()])
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(good.read_bytes()[:-20])
+    with pytest.raises(ValueError, match=r"truncated\.safetensors is corrupt"):
+        load_profiles(truncated)
+    from safetensors.torch import save_file
+
+    plain = tmp_path / "plain.safetensors"  # a safetensors file, but no store header
+    save_file({"x": torch.zeros(3)}, plain)
+    with pytest.raises(ValueError, match=r"plain\.safetensors is corrupt or not a store"):
+        load_profiles(plain)
+    empty = tmp_path / "empty.safetensors"
+    save_profiles(empty, [])
+    with pytest.raises(ValueError, match=r"empty\.safetensors holds no profiles"):
+        load_profiles(empty)
+    lacking = tmp_path / "lacking.safetensors"  # an s_hat without its nll
+    save_file({"r/8/0/s_hat": torch.zeros(2, 2, 8)}, lacking,
+              metadata={"attnres": json.dumps({"runs": {"r": {"encoding": "rope", "seed": 0, "train_len": 4}}})})
+    with pytest.raises(ValueError, match=r"lacking\.safetensors: entry 'r/8/0' is malformed"):
+        load_profiles(lacking)
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"s_hat": torch.full((2, 2, 8), float("nan"))}, "NaN"),
+    ({"s_hat": torch.zeros(2, 2, 8).index_fill_(2, torch.tensor([3]), float("inf"))}, r"\+inf"),
+    ({"nll": torch.full((8,), float("inf"), dtype=torch.float64)}, "nll is not finite"),
+    ({"nll": torch.ones(8, dtype=torch.float64).index_fill_(0, torch.tensor([0]), float("nan"))}, "nll is not finite"),
+    ({"s_hat": torch.zeros(2, 8)}, r"s_hat must be \(layers, H, 8\)"),
+    ({"s_hat": torch.zeros(2, 2, 7)}, r"s_hat must be \(layers, H, 8\)"),
+    ({"nll": torch.ones(7, dtype=torch.float64)}, r"nll \(8,\)"),
+    ({"eval_len": 16}, r"eval_len 16"),
+    ({"meta": {"encoding": "rope", "seed": 0}}, r"lacks \['train_len'\]"),
+    ({"run": "a/b"}, "without '/'"),
+    ({"run": ""}, "non-empty"),
+])
+def test_bad_profiles_raise(changes, match):
+    with pytest.raises(ValueError, match=match):
+        _profile(**changes)
+
+
+def test_masked_distances_are_allowed():
+    s_hat = torch.zeros(2, 2, 8)
+    s_hat[..., 4:] = float("-inf")  # BCA
+    assert _profile(s_hat=s_hat).s_hat.shape == (2, 2, 8)
+
+
+def test_save_profiles_refuses_inconsistent_input(tmp_path):
+    with pytest.raises(ValueError, match="two profiles for r/8/0"):
+        save_profiles(tmp_path / "x.safetensors", [_profile(), _profile()])
+    with pytest.raises(ValueError, match="two different metadata"):
+        save_profiles(tmp_path / "x.safetensors", [_profile(), _profile(bca=True, meta={"encoding": "rope", "seed": 1,
+                                                                                         "train_len": 4})])
+    with pytest.raises(ValueError, match="dtype"):
+        save_profiles(tmp_path / "x.safetensors", [_profile()], dtype=torch.bfloat16)
+    with pytest.raises(ValueError):  # NaN in the metadata is not JSON
+        save_profiles(tmp_path / "x.safetensors", [_profile(meta={"encoding": "rope", "seed": 0, "train_len": 4,
+                                                                   "lr": float("nan")})])
+    assert list(tmp_path.iterdir()) == []  # nothing written, no temporary left
+
+
+def test_records_refuse_bad_queries():
+    with pytest.raises(ValueError, match="boundary"):
+        records([_profile()], boundary="wrap")
+    for temperature in (0.0, -1.0, float("nan"), float("inf"), "1"):
+        with pytest.raises(ValueError, match="temperature"):
+            records([_profile()], temperature=temperature)
+
+
+# ------------------------------------------------------------------------------- (h) the results subcommand
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "attnres_helpers", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_results_json_is_the_records_of_the_store(store):
+    expected = records(load_profiles(store)[0])
+    zero = _cli("results", "--store", str(store), "--json")
+    assert zero.returncode == 0, zero.stderr
+    printed = json.loads(zero.stdout)
+    assert len(printed) == len(expected) == 40
+    assert printed == json.loads(json.dumps(expected))
+    drop = _cli("results", "--store", str(store), "--json", "--boundary", "drop")
+    assert drop.returncode == 0, drop.stderr
+    printed_drop = json.loads(drop.stdout)
+    assert printed_drop == json.loads(json.dumps(records(load_profiles(store)[0], "drop")))
+    assert len(printed_drop) == len(printed) and {r["boundary"] for r in printed_drop} == {"drop"}
+    differ = [not math.isclose(a["resolution"], b["resolution"], rel_tol=1e-12) for a, b in zip(printed, printed_drop)]
+    assert sum(differ) == 30  # all but the 10 records of BCA at 2L, whose last distances are masked
+
+
+def test_cli_results_errors_are_one_line(tmp_path):
+    missing = _cli("results", "--store", str(tmp_path / "none.safetensors"), "--json")
+    assert missing.returncode != 0 and missing.stdout == ""
+    assert missing.stderr.splitlines() == [f"error: measurement store {tmp_path / 'none.safetensors'} is missing"]
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x00" * 64)
+    corrupt = _cli("results", "--store", str(bad))
+    assert corrupt.returncode != 0 and len(corrupt.stderr.splitlines()) == 1 and "Traceback" not in corrupt.stderr
+    assert corrupt.stderr.startswith(f"error: measurement store {bad} is corrupt")
+
+
+def test_cli_results_text(store, capsys):
+    cli_main(["results", "--store", str(store)])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 * 2  # every profile: the layer mean and the upper layers, mean-scores
+    recs = by_key(records(load_profiles(store)[0]))
+    first = recs[("rope-s0", L, False, "mean-scores", "mean")]
+    assert lines[0].split()[:9] == ["rope-s0", "eval_len", str(L), "bca", "False", "layers", "mean", "R",
+                                    f"{first['resolution']:.4f}"]
+    assert "ppl >=L" not in lines[0] and "ppl >=L" in lines[-1]

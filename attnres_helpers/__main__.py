@@ -8,6 +8,7 @@
 """
 
 import argparse
+import re
 import dataclasses
 import inspect
 import json
@@ -144,7 +145,7 @@ def _non_negative_int(text: str) -> int:
 
 
 def _device(text: str) -> str:
-    if text != "cpu" and not (text == "cuda" or text.startswith("cuda:")):
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
         raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N, got {text!r}")
     return text
 

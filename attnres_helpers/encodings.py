@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from .metric import layer_resolution, resolution
+from .metric import Boundary, HeadMode, layer_resolution, resolution
 
 
 # --------------------------------------------------------------------------- checks
@@ -364,7 +364,7 @@ def score_curve(name: str, N: int, **params):
     return encoding.curve(N, **{**default_params(name), **params})
 
 
-def resolution_pair(name: str, L: int, head_mode: str = "mean-scores", boundary: str = "zero", **params):
+def resolution_pair(name: str, L: int, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero", **params):
     """(R at L, R at 2L): R of the curve over distances 0..L-1 and over 0..2L-1.
 
     Every curve here depends on n alone, so the curve over 0..L-1 is the first half of
@@ -375,7 +375,7 @@ def resolution_pair(name: str, L: int, head_mode: str = "mean-scores", boundary:
     return curve_pair(score_curve(name, 2 * L, **params), L, head_mode, boundary)
 
 
-def curve_pair(curve, L: int, head_mode: str = "mean-scores", boundary: str = "zero") -> tuple[float, float]:
+def curve_pair(curve, L: int, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero") -> tuple[float, float]:
     """(R over distances 0..L-1, R over all of ``curve``), for a curve ``(2L,)`` or ``(H, 2L)``.
 
     The curve must hold exactly 2L distances on its last axis (as :func:`resolution_pair`
@@ -395,7 +395,7 @@ def curve_pair(curve, L: int, head_mode: str = "mean-scores", boundary: str = "z
     return tuple(float(curve_resolution(curve[..., :N], head_mode, boundary)) for N in (L, curve.shape[-1]))
 
 
-def curve_resolution(curve, head_mode: str = "mean-scores", boundary: str = "zero"):
+def curve_resolution(curve, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero"):
     """R of one design-time curve ``(N,)``, or of per-head curves ``(H, N)`` under ``head_mode``."""
     if curve.ndim == 2:
         return layer_resolution(curve, head_mode, boundary)

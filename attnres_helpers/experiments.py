@@ -31,6 +31,7 @@ from .measure import measure_model
 from .model import MODEL_ENCODINGS, ModelConfig, preset
 from .store import Profile, load_profiles, records, save_profiles
 from .train import load_checkpoint, train
+from .metric import Boundary
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
@@ -121,8 +122,10 @@ def measure_checkpoints(root: Path = CHECKPOINTS, encodings=MODEL_ENCODINGS, see
 
 
 def train_one(cfg: ModelConfig, seed: int, out_dir: Path, device: str = "cpu", threads: int = 1,
-              progress: bool = False, training: dict = TRAINING) -> float:
-    """Train (or reuse the finished run in ``out_dir``); returns the training wall time (s)."""
+              progress: bool = False, training: dict | None = None) -> float:
+    """Train (or reuse the finished run in ``out_dir``) with ``training`` (None: TRAINING as it is now);
+    returns the training wall time (s)."""
+    training = TRAINING if training is None else training
     torch.set_num_threads(threads)
     _, summary = train(cfg, seed=seed, out_dir=out_dir, checkpoint_every=100 if device == "cpu" else 0,
                        device=device, progress=progress, **training)
@@ -272,7 +275,7 @@ def family_dataset(store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu",
     return Dataset(Path(store), family_specs(seeds, runs_root, device), about, torch.float16)
 
 
-def load_results(path: Path = STORE, boundary: str = "zero") -> list[dict]:
+def load_results(path: Path = STORE, boundary: Boundary = "zero") -> list[dict]:
     """Records (:func:`attnres_helpers.store.records`) of a shipped store; a clear error if it is missing."""
     path = Path(path)
     if not path.is_file():

@@ -17,11 +17,15 @@ Scores of -inf (masked distances) are allowed and contribute nothing.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import torch
 
 BOUNDARIES = ("zero", "drop")
 HEAD_MODES = ("mean-scores", "mean-R")
+Boundary = Literal["zero", "drop"]  # the options of BOUNDARIES, as a type
+HeadMode = Literal["mean-scores", "mean-R"]  # the options of HEAD_MODES, as a type
 
 
 def _as_tensor(x):
@@ -61,7 +65,7 @@ def _check_scores(s: torch.Tensor, what: str = "scores") -> None:
         raise ValueError(f"{what} have a profile that is -inf at every distance (nothing to attend to)")
 
 
-def resolution(s, boundary: str = "zero"):
+def resolution(s, boundary: Boundary = "zero"):
     """Attention resolution R(s) of Eq. 3 over the last axis: ``(..., N) -> (...)``.
 
     ``R = Σ_i p_i (p_i − p_{i+1})`` with ``p = softmax(s)``; ``boundary`` is ``"zero"``
@@ -247,7 +251,7 @@ def _mean_over_heads(t: torch.Tensor) -> torch.Tensor:
     return torch.where(counts > 0, mean, torch.full_like(mean, float("-inf")))
 
 
-def layer_resolution(s_hat, head_mode: str = "mean-scores", boundary: str = "zero"):
+def layer_resolution(s_hat, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero"):
     """R of one layer from per-head ŝ: ``(..., H, N) -> (...)``.
 
     ``"mean-scores"`` averages ŝ over heads, then takes R; ``"mean-R"`` takes R per head,
@@ -275,7 +279,7 @@ def layer_resolution(s_hat, head_mode: str = "mean-scores", boundary: str = "zer
     return _back(out, was_numpy)
 
 
-def average_resolution(s_hat_layers, head_mode: str = "mean-scores", boundary: str = "zero"):
+def average_resolution(s_hat_layers, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero"):
     """Mean over layers of :func:`layer_resolution`: ``(layers, H, N) -> scalar``, as in Table 3."""
     t, was_numpy = _as_tensor(s_hat_layers)
     if t.ndim != 3:

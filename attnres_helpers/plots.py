@@ -7,7 +7,7 @@ import numpy as np
 
 from .encodings import resolution_pair, score_curve
 from .files import atomic_write
-from .metric import resolution
+from .metric import Boundary, HeadMode, resolution
 
 
 def save_png_atomic(fig, path, dpi: int = 100) -> Path:
@@ -32,7 +32,7 @@ def example_profiles(N: int) -> dict:
     }
 
 
-def plot_weight_profiles(profiles: dict, ax=None, boundary: str = "zero"):
+def plot_weight_profiles(profiles: dict, ax=None, boundary: Boundary = "zero"):
     """Softmax weights p_n = e^{s[n]} / Σ_j e^{s[j]} of named profiles against distance n, with R(s) in the legend."""
     ax = plt.gca() if ax is None else ax
     for name, s in profiles.items():
@@ -44,7 +44,7 @@ def plot_weight_profiles(profiles: dict, ax=None, boundary: str = "zero"):
     return ax
 
 
-def plot_resolution_vs_temperature(shape, temperatures, lengths, ax=None, boundary: str = "zero"):
+def plot_resolution_vs_temperature(shape, temperatures, lengths, ax=None, boundary: Boundary = "zero"):
     """R(s[:N] / τ) against the temperature τ for one score shape s, one curve per length N (log scale;
     the dotted lines are each N's flat-profile floor 1/N², for boundary "zero")."""
     ax = plt.gca() if ax is None else ax
@@ -76,7 +76,7 @@ def readme_resolution_figure(N: int = 64, n_temperatures: int = 61):
 # --- design-time curves of the encodings ------------------------------------------------
 
 
-def plot_design_curve(name: str, L: int, ax=None, boundary: str = "zero", head_mode: str = "mean-scores", **params):
+def plot_design_curve(name: str, L: int, ax=None, boundary: Boundary = "zero", head_mode: HeadMode = "mean-scores", **params):
     """Design-time s[n] of one encoding over distances 0..2L−1 (ALiBi: heads thin, head mean bold),
     the training length L dashed, and the pair (R(L), R(2L)) in the title."""
     ax = plt.gca() if ax is None else ax
@@ -106,7 +106,7 @@ def plot_resolution_pairs(names, r_L, r_2L, ax=None):
     return ax
 
 
-def encoding_gallery(L: int, names, ncols: int = 4, boundary: str = "zero", head_mode: str = "mean-scores"):
+def encoding_gallery(L: int, names, ncols: int = 4, boundary: Boundary = "zero", head_mode: HeadMode = "mean-scores"):
     """One :func:`plot_design_curve` panel per encoding, at its registry defaults."""
     nrows = -(-len(names) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows), squeeze=False)
@@ -179,7 +179,7 @@ def plot_stat_bars(rows: list, columns, category: str = "encoding", ax=None, yla
     return ax
 
 
-def layer_resolution_figure(records: list, encodings, head_mode: str = "mean-scores", columns=("R(L)", "R(2L)"),
+def layer_resolution_figure(records: list, encodings, head_mode: HeadMode = "mean-scores", columns=("R(L)", "R(2L)"),
                             reference: str | None = "alibi", ncols: int = 3):
     """Per-layer R of each encoding, one panel each, on a log axis (bars at the seed mean, error
     bars for the spread, a dot per seed), so that ALiBi's 0.003 and RoPE's 0.2 are both readable.
@@ -217,7 +217,7 @@ def _layer_softmax(s_hat) -> tuple[np.ndarray, np.ndarray]:
     return np.where(finite, per_layer, np.nan), p / p.sum(-1, keepdims=True)
 
 
-def plot_layer_softmax(s_hat, train_len: int, ax=None, title: str = "", boundary: str = "zero"):
+def plot_layer_softmax(s_hat, train_len: int, ax=None, title: str = "", boundary: Boundary = "zero"):
     """The softmax weights p_n = softmax(ŝ)[n] of each layer (heads averaged), on a log axis, with
     each layer's R in the legend and L marked: what R sees. Masked distances (p_n = 0) leave a gap."""
     ax = plt.gca() if ax is None else ax
@@ -232,7 +232,7 @@ def plot_layer_softmax(s_hat, train_len: int, ax=None, title: str = "", boundary
     return ax
 
 
-def plot_layer_weights(s_hat, train_len: int, axes=None, title: str = "", boundary: str = "zero"):
+def plot_layer_weights(s_hat, train_len: int, axes=None, title: str = "", boundary: Boundary = "zero"):
     """What R sees in one model at one eval length: left, ŝ[n] per layer (heads averaged); right,
     :func:`plot_layer_softmax`. ``s_hat`` is (layers, H, T)."""
     if axes is None:

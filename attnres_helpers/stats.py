@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .encodings import resolution_pair
-from .metric import BOUNDARIES
+from .metric import BOUNDARIES, Boundary, HeadMode
 from .tables import Stat, index_records, length_label
 
 FAMILIES = ("rope", "xpos", "alibi", "sinusoidal", "nope")  # a configuration's family is its encoding
@@ -126,8 +126,8 @@ def design_params(encoding: str, model: dict) -> dict:
     raise ValueError(f"no design-time curve for encoding {encoding!r}; known: {', '.join(FAMILIES)}")
 
 
-def design_resolution(encoding: str, model: dict, L: int, bca: bool = False, head_mode: str = "mean-scores",
-                      boundary: str = "zero") -> tuple[float, float]:
+def design_resolution(encoding: str, model: dict, L: int, bca: bool = False, head_mode: HeadMode = "mean-scores",
+                      boundary: Boundary = "zero") -> tuple[float, float]:
     """Design-time (R(L), R(2L)) of a trained model's encoding (:func:`design_params`).
 
     With BCA no query sees a key L or more positions back (blocks of L/2), so the 2L profile is
@@ -153,8 +153,8 @@ def _ratio(numerator: dict | None, denominator: dict | None) -> dict | None:
     return {s: numerator[s] / denominator[s] for s in numerator}
 
 
-def configurations(records, head_mode: str = "mean-scores", models: dict | None = None,
-                   boundary: str = "zero") -> list[Configuration]:
+def configurations(records, head_mode: HeadMode = "mean-scores", models: dict | None = None,
+                   boundary: Boundary = "zero") -> list[Configuration]:
     """Every (FAMILY label, BCA) in ``records``, in the records' order (without BCA first), with the
     layer-mean predictors of ``head_mode`` and every outcome per seed:
 

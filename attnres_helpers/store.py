@@ -20,17 +20,14 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .files import atomic_write
-from .metric import BOUNDARIES, HEAD_MODES, layer_resolution
+from .metric import BOUNDARIES, HEAD_MODES, Boundary, layer_resolution
 
-Boundary = Literal["zero", "drop"]
-HeadMode = Literal["mean-scores", "mean-R"]
 HEADER_KEY = "attnres"
 RUN_KEYS = ("encoding", "seed", "train_len")  # every run's metadata has at least these
 
@@ -49,9 +46,13 @@ class Profile:
     def __post_init__(self):
         if not isinstance(self.run, str) or not self.run or "/" in self.run:
             raise ValueError(f"run names must be non-empty strings without '/', got {self.run!r}")
+        if not isinstance(self.meta, dict):
+            raise ValueError(f"run {self.run!r}: metadata must be a JSON object, got {type(self.meta).__name__}")
         missing = [k for k in RUN_KEYS if k not in self.meta]
         if missing:
             raise ValueError(f"run {self.run!r}: metadata lacks {missing}")
+        if not isinstance(self.meta["train_len"], int) or not isinstance(self.eval_len, int):
+            raise ValueError(f"run {self.run!r}: train_len and eval_len must be integers")
         T = self.eval_len
         if self.s_hat.ndim != 3 or self.s_hat.shape[-1] != T or self.nll.shape != (T,):
             raise ValueError(f"run {self.run!r} at eval_len {T}: s_hat must be (layers, H, {T}) and nll ({T},), "
@@ -105,9 +106,11 @@ def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
         key = name[: -len("/s_hat")]
         try:
             run, eval_len, bca = key.split("/")
+            if bca not in ("0", "1"):
+                raise ValueError(f"the mask part must be 0 or 1, got {bca!r}")
             profiles.append(Profile(run, runs[run], int(eval_len), bca == "1", tensors[name].float(),
                                     tensors[key + "/nll"].double()))
-        except (KeyError, ValueError) as err:
+        except (KeyError, ValueError, TypeError) as err:
             raise ValueError(f"measurement store {path}: entry {key!r} is malformed ({err})") from err
     if not profiles:
         raise ValueError(f"measurement store {path} holds no profiles")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .metric import HEAD_MODES, average_resolution
+from .metric import HEAD_MODES, HeadMode, average_resolution
 
 # Sun et al. 2022 ("A Length-Extrapolatable Transformer"), Table 3: 24 layers, training length
 # L = 1024, resolution at 1024 (L) and 2048 (2L). Their xPos rows are LEX without BCA ("LEX − BCA",
@@ -94,7 +94,7 @@ def length_label(multiple: int) -> str:
     return "L" if multiple == 1 else f"{multiple}L"
 
 
-def index_records(records, head_mode: str, group: str = "encoding") -> dict:
+def index_records(records, head_mode: HeadMode, group: str = "encoding") -> dict:
     """{(record[group], multiple, bca, layer): {seed: record}} for one head mode, after checking the
     records: every key present, one training length, one encoding per group, eval lengths multiples
     of it, no duplicates.
@@ -142,7 +142,7 @@ def _ordered(encodings) -> list[str]:
     return [e for e in ROW_ORDER if e in encodings] + sorted(set(encodings) - set(ROW_ORDER))
 
 
-def pair_table(records, head_mode: str = "mean-scores", layer="mean") -> list[dict]:
+def pair_table(records, head_mode: HeadMode = "mean-scores", layer="mean") -> list[dict]:
     """One row per encoding: R and perplexity at every measured length, with and without BCA, as
     seed means ± spread (R of ``layer``: "mean" as in Table 3, "upper", or an index), next to the
     paper's values where it has them (the paper's are layer means)."""
@@ -176,7 +176,7 @@ def _ratio_stat(numerator: Stat | None, denominator: Stat | None) -> Stat | None
     return Stat.of({s: n / d for s, n, d in zip(numerator.seeds, numerator.values, denominator.values)})
 
 
-def bca_table(records, head_mode: str = "mean-scores", layer="mean") -> list[dict]:
+def bca_table(records, head_mode: HeadMode = "mean-scores", layer="mean") -> list[dict]:
     """:func:`pair_table` plus "BCA ×(kL)" columns: R(kL)+BCA / R(kL) per seed (the paper's xPos:
     1.08/0.54 = 2). None where BCA was not measured (absolute encodings) or R(kL) ≤ 0."""
     rows = pair_table(records, head_mode, layer)
@@ -186,7 +186,7 @@ def bca_table(records, head_mode: str = "mean-scores", layer="mean") -> list[dic
     return rows
 
 
-def layer_table(records, encoding: str, head_mode: str = "mean-scores") -> list[dict]:
+def layer_table(records, encoding: str, head_mode: HeadMode = "mean-scores") -> list[dict]:
     """One row per layer of one encoding: ``{"layer": i, "R(L)": Stat, "R(2L)": Stat, ...}``."""
     index = index_records(records, head_mode)
     cells = {(k, bca, layer): cell for (e, k, bca, layer), cell in index.items()
@@ -202,7 +202,7 @@ def layer_table(records, encoding: str, head_mode: str = "mean-scores") -> list[
     return rows
 
 
-def truncation_table(profiles: dict, train_len: int, head_mode: str = "mean-scores") -> list[dict]:
+def truncation_table(profiles: dict, train_len: int, head_mode: HeadMode = "mean-scores") -> list[dict]:
     """Where the change at 2L comes from, from measured ŝ (``profiles = {encoding: {T: (layers, H, T)}}``
     with T = L and 2L): R(L), R over the first L distances of the 2L profile, and R of the whole 2L profile."""
     rows = []
@@ -272,7 +272,7 @@ _CHECKS = {
 }
 
 
-def reversal_checks(records, head_mode: str = "mean-scores", tolerance: float = LEVEL_TOLERANCE,
+def reversal_checks(records, head_mode: HeadMode = "mean-scores", tolerance: float = LEVEL_TOLERANCE,
                     layer="mean", partial: bool = False) -> dict[str, Check]:
     """Does the measured table show the reversal (:data:`CHECK_DESCRIPTIONS`)?
 
@@ -352,8 +352,8 @@ def record_mismatches(measured, shipped, tol: float = 1e-6) -> list[str]:
     out = [f"only in {name}: {dict(zip(RECORD_KEYS, key))}" for name, keys in
            (("measured", a.keys() - b.keys()), ("shipped", b.keys() - a.keys())) for key in sorted(keys, key=str)]
     for key in sorted(a.keys() & b.keys(), key=str):
-        for value in RECORD_VALUES:
-            x, y = a[key][value], b[key][value]
+        for value in (*RECORD_VALUES, "perplexity_first_L"):  # the last is absent from round-1 records
+            x, y = a[key].get(value), b[key].get(value)
             if (x is None) != (y is None) or (x is not None and not math.isclose(x, y, rel_tol=tol, abs_tol=tol)):
                 out.append(f"{value} differs at {dict(zip(RECORD_KEYS, key))}: measured {x}, shipped {y}")
     return out

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
@@ -138,9 +138,29 @@ def load_checkpoint(path: str | Path) -> Transformer:
     run_dir = path.parent if path.is_file() else path
     config_path, weights_path = run_dir / CONFIG_JSON, run_dir / MODEL_FILE
     cfg = _model_config(_read_json(config_path), config_path)
+    _check_header(weights_path, cfg, config_path)
     model = Transformer(cfg)
     _load_weights(model, _read_tensors(weights_path), weights_path)
     return model.eval()
+
+
+def _check_header(weights_path: Path, cfg: ModelConfig, config_path: Path) -> None:
+    """Compare the config with the weights' shapes from the safetensors header alone, before any
+    model is built: a config.json that disagrees with its weights (or asks for a huge model) is
+    refused without allocating it."""
+    if not weights_path.is_file():
+        raise FileNotFoundError(f"checkpoint file {weights_path} is missing")
+    try:
+        with safe_open(weights_path, framework="pt") as f:
+            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"checkpoint file {weights_path} is corrupt or truncated ({err})") from err
+    blocks = {name.split(".")[1] for name in shapes if name.startswith("blocks.")}
+    expected = {"wte.weight": (cfg.vocab_size, cfg.d_model), "blocks.0.attn.qkv.weight": (3 * cfg.d_model, cfg.d_model)}
+    if len(blocks) != cfg.n_layer or any(shapes.get(k) != v for k, v in expected.items()):
+        raise ValueError(f"checkpoint file {config_path} does not match the weights in {weights_path}: the config asks for "
+                         f"{cfg.n_layer} layers of width {cfg.d_model}, the weights have {len(blocks)} layers and "
+                         f"embedding shape {shapes.get('wte.weight')}")
 
 
 def _save_state(out_dir: Path, step: int, model, optimizer, meta: dict) -> None:
@@ -276,14 +296,19 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
 def _check_settings(cfg: ModelConfig, settings: dict, checkpoint_every: int, device: str) -> None:
     if not isinstance(cfg, ModelConfig):
         raise ValueError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
+    integers = {**{name: settings[name] for name in ("steps", "batch_tokens", "warmup", "seed")},
+                "checkpoint_every": checkpoint_every}
+    for name, value in integers.items():
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    for name in ("lr", "weight_decay"):
+        if not isinstance(settings[name], (int, float)) or isinstance(settings[name], bool):
+            raise ValueError(f"{name} must be a number, got {settings[name]!r}")
     if settings["steps"] < 1:
         raise ValueError(f"steps must be >= 1, got {settings['steps']}")
     if settings["batch_tokens"] < cfg.train_len or settings["batch_tokens"] % cfg.train_len:
         raise ValueError(f"batch_tokens ({settings['batch_tokens']}) must be a positive multiple of "
                          f"train_len ({cfg.train_len})")
-    for name in ("steps", "batch_tokens", "warmup", "seed"):
-        if not isinstance(settings[name], int) or isinstance(settings[name], bool):
-            raise ValueError(f"{name} must be an integer, got {settings[name]!r}")
     if not (math.isfinite(settings["lr"]) and 0 < settings["lr"] <= 1):
         raise ValueError(f"lr must be a finite number in (0, 1], got {settings['lr']}")
     if not 0 <= settings["warmup"] <= settings["steps"]:

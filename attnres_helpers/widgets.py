@@ -25,7 +25,7 @@ from PIL import Image as PILImage
 
 from .encodings import DESIGN_CURVES, Param, _check_length, curve_pair, default_params, score_curve
 from .plots import plot_resolution_pairs
-from .metric import BOUNDARIES, HEAD_MODES
+from .metric import BOUNDARIES, HEAD_MODES, Boundary, HeadMode
 
 L_RANGE = (16, 2048, 16)  # (min, max, step) of the training-length slider; 2L reaches 4096
 COMPARE_DEFAULT = ("sinusoidal", "rope", "xpos", "alibi", "kerple-log", "t5")
@@ -39,7 +39,7 @@ def _softmax(s: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def explorer_state(name: str, L: int, params: dict | None = None, boundary: str = "zero", head_mode: str = "mean-scores") -> dict:
+def explorer_state(name: str, L: int, params: dict | None = None, boundary: Boundary = "zero", head_mode: HeadMode = "mean-scores") -> dict:
     """Everything one explorer view shows: the curve over 0..2L-1, softmax weights, R at L and 2L.
 
     ``profile`` is the curve that is plotted (ALiBi's heads averaged); ``weights_L`` and
@@ -77,7 +77,7 @@ def readout_html(state: dict) -> str:
     return f"<b>{html.escape(state['name'])}</b> &nbsp; {_pair_text(state['R_L'], state['R_2L'], state['ratio'])}"
 
 
-def compare_states(names, L: int, boundary: str = "zero", head_mode: str = "mean-scores") -> list[dict]:
+def compare_states(names, L: int, boundary: Boundary = "zero", head_mode: HeadMode = "mean-scores") -> list[dict]:
     """One :func:`explorer_state` per encoding, each at its registry defaults.
 
     ``names`` is a list (or tuple) of encoding names; a single string is refused rather

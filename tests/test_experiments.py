@@ -167,8 +167,6 @@ def test_reproduce_reuses_finished_runs(tiny_run, monkeypatch):
     assert calls and wall == saved["results"]["wall_s"]  # loaded, not retrained: same wall time
 
 
-@pytest.mark.xfail(strict=True, reason="package bug: train_one binds TRAINING as a default argument at import, "
-                   "so reproduce() records experiments.TRAINING in the store's 'about' but trains with the old value")
 def test_train_one_trains_with_the_current_training_settings(monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(experiments, "TRAINING", TINY_TRAINING)

@@ -264,8 +264,6 @@ def test_record_mismatches():
     assert len(missing) == 1 and missing[0].startswith("only in shipped")
 
 
-@pytest.mark.xfail(strict=True, reason="package bug: tables.RECORD_VALUES lacks perplexity_first_L, so "
-                   "record_mismatches does not compare it")
 def test_record_mismatches_compares_perplexity_before_L():
     shipped = make_records(PAPER_LIKE)
     changed = [dict(r) for r in shipped]

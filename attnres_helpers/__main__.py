@@ -150,9 +150,16 @@ def _device(text: str) -> str:
     return text
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """A usage error is one line on stderr and exit status 2 (``--help`` still prints the usage)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m attnres_helpers", description=__doc__.split("\n\n")[0])
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineErrorParser(prog="python -m attnres_helpers", description=__doc__.split("\n\n")[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
     _add_train_parser(subparsers)
     _add_experiment_parsers(subparsers)
     args = parser.parse_args(argv)

@@ -410,3 +410,161 @@ def format_estimate(est: Estimate, digits: int = 2) -> str:
         return text[1:] if text.startswith("-") and float(text) == 0 else text
 
     return f"{number(est.value)} [{number(est.low)}, {number(est.high)}]"
+
+
+# --------------------------------------------------------------------------- cluster bootstrap, permutation, partial ρ
+
+
+def _check_resampling(n_resamples, rng, confidence_level=None) -> np.random.Generator:
+    """Validate scipy-style resampling arguments; the numpy Generator that ``rng`` names."""
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    if confidence_level is not None and not (isinstance(confidence_level, (int, float, np.floating))
+                                             and not isinstance(confidence_level, bool)
+                                             and 0 < confidence_level < 1):
+        raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level!r}")
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
+        return np.random.default_rng(rng)
+    raise ValueError(f"rng must be an integer seed, None or a numpy Generator, got {rng!r}")
+
+
+def _weighted_rank_correlation(x: np.ndarray, y: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Spearman's ρ of every resample, ``(B,)``, where resample b holds ``counts[b, i]`` copies of
+    point i (``counts`` (B, n)); equal to :func:`spearman` of the expanded data. The average rank of
+    each copy of i is Σ_j m_j [x_j < x_i] + (Σ_j m_j [x_j = x_i] + 1)/2, and ρ is the Pearson r of
+    the ranks weighted by m. NaN where a resample's x or y is constant."""
+    m = counts.astype(np.float64)
+    total = m.sum(axis=1, keepdims=True)  # (B, 1)
+
+    def ranks(v):
+        below = (v[None, :] < v[:, None]).astype(np.float64)  # (n, n): [v_j < v_i] at [i, j]
+        tied = (v[None, :] == v[:, None]).astype(np.float64)
+        return m @ below.T + (m @ tied.T + 1) / 2  # (B, n)
+
+    def centred(r):
+        return r - (m * r).sum(axis=1, keepdims=True) / total
+
+    rx, ry = centred(ranks(x)), centred(ranks(y))
+    present = m > 0
+    constant = ((np.where(present, x, -np.inf).max(axis=1) == np.where(present, x, np.inf).min(axis=1))
+                | (np.where(present, y, -np.inf).max(axis=1) == np.where(present, y, np.inf).min(axis=1)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = (m * rx * ry).sum(axis=1) / np.sqrt((m * rx**2).sum(axis=1) * (m * ry**2).sum(axis=1))
+    rho = np.clip(rho, -1.0, 1.0)
+    rho[constant] = np.nan
+    return rho
+
+
+def spearman_cluster_bootstrap(x, y, clusters, n_resamples: int = 10000, confidence_level: float = 0.95,
+                               rng=0) -> tuple[float, float, float]:
+    """Spearman's ρ of x and y (:func:`spearman`) and a cluster-bootstrap percentile interval:
+    ``(rho, low, high)``.
+
+    Procedure: let the k distinct cluster labels be sorted (``np.unique``). Each of the
+    ``n_resamples`` resamples draws k labels with replacement
+    (``rng.integers(0, k, size=(n_resamples, k))``, all drawn at once) and takes every point of
+    each drawn cluster, duplicates kept (a cluster drawn twice contributes its points twice);
+    ρ_b is Spearman's ρ of that resample, ties at average ranks. Resamples where ρ_b is undefined
+    (x or y constant in the resample) are dropped, and a ValueError is raised if more than half
+    are. [low, high] are the 100·(1 − c)/2 and 100·(1 + c)/2 percentiles of the kept ρ_b,
+    c = ``confidence_level``. With every point its own cluster this is the ordinary (point) bootstrap.
+    ``rng``: an integer seed, None or a numpy Generator.
+    """
+    generator = _check_resampling(n_resamples, rng, confidence_level)
+    rho = spearman(x, y)  # validates x, y: 1-D, same length, >= 3 points, finite, not constant
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    labels = np.asarray(clusters)
+    if labels.ndim != 1 or len(labels) != len(x):
+        raise ValueError(f"clusters must give one label per point: {len(x)} points but clusters has shape "
+                         f"{labels.shape}")
+    try:
+        _, index = np.unique(labels, return_inverse=True)
+    except TypeError as err:
+        raise ValueError(f"cluster labels must be mutually comparable (one type): {err}") from None
+    index = index.reshape(-1)
+    k = int(index.max()) + 1
+    if k < 2:
+        raise ValueError("clusters holds a single cluster; a cluster bootstrap needs at least 2")
+    drawn = generator.integers(0, k, size=(n_resamples, k))  # (B, k) cluster draws
+    rhos = np.empty(n_resamples)
+    chunk = max(1, 2_000_000 // (len(x) + k))
+    for start in range(0, n_resamples, chunk):
+        block = drawn[start:start + chunk]  # (b, k)
+        per_cluster = np.zeros((len(block), k), dtype=np.int64)
+        np.add.at(per_cluster, (np.arange(len(block))[:, None], block), 1)  # times each cluster drawn
+        rhos[start:start + chunk] = _weighted_rank_correlation(x, y, per_cluster[:, index])  # (b, n) counts
+    kept = rhos[~np.isnan(rhos)]
+    dropped = n_resamples - len(kept)
+    if dropped > n_resamples / 2:
+        raise ValueError(f"in {dropped} of {n_resamples} cluster-bootstrap resamples x or y is constant, so "
+                         f"Spearman's ρ is undefined in more than half of them; too few clusters vary")
+    low, high = np.percentile(kept, [50 * (1 - confidence_level), 50 * (1 + confidence_level)])
+    return rho, float(low), float(high)
+
+
+def spearman_permutation_test(x, y, n_resamples: int = 10000, rng=0) -> tuple[float, float]:
+    """Spearman's ρ of x and y and a two-sided permutation p-value: ``(rho, p_value)``.
+
+    Each of the ``n_resamples`` resamples permutes y (independently of x) and computes ρ_b;
+    p = (1 + #{b : |ρ_b| ≥ |ρ_obs|}) / (n_resamples + 1), which counts the observed data as one
+    of the permutations, so 1/(n_resamples + 1) ≤ p ≤ 1. ``|ρ_b| ≥ |ρ_obs|`` is tested with a
+    relative tolerance of 1e-12 so that ties with ρ_obs are not lost to rounding.
+    ``rng``: an integer seed, None or a numpy Generator.
+    """
+    generator = _check_resampling(n_resamples, rng)
+    rho = spearman(x, y)  # validates x, y
+    rx, ry = average_ranks(x), average_ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    norm = np.sqrt((rx**2).sum() * (ry**2).sum())
+    threshold = abs(rho) * (1 - 1e-12)
+    extreme = 0
+    chunk = max(1, 2_000_000 // len(rx))
+    for start in range(0, n_resamples, chunk):
+        b = min(chunk, n_resamples - start)
+        permuted = generator.permuted(np.broadcast_to(ry, (b, len(ry))), axis=1)  # (b, n)
+        rhos = permuted @ rx / norm  # (b,)
+        extreme += int((np.abs(rhos) >= threshold).sum())
+    return rho, (1 + extreme) / (n_resamples + 1)
+
+
+def partial_spearman(x, y, z) -> float:
+    """Partial rank correlation of x and y given z.
+
+    x, y, z are replaced by their average ranks; with r_xy, r_xz, r_yz the Pearson correlations of
+    the ranks (Spearman's ρ, :func:`spearman`), the result is
+    (r_xy − r_xz r_yz) / √((1 − r_xz²)(1 − r_yz²)). ValueError where it is undefined: invalid or
+    constant inputs, or |r_xz| = 1 or |r_yz| = 1 (x or y a monotone function of z).
+    """
+    x, y, z = (np.asarray(v, dtype=np.float64) for v in (x, y, z))
+    if not (x.shape == y.shape == z.shape):
+        raise ValueError(f"x, y and z must have the same shape, got {x.shape}, {y.shape} and {z.shape}")
+    r_xy, r_xz, r_yz = spearman(x, y), spearman(x, z), spearman(y, z)
+    denominator = (1 - r_xz**2) * (1 - r_yz**2)
+    if denominator <= 1e-12:
+        raise ValueError(f"the partial rank correlation is undefined: x or y is a monotone function of z "
+                         f"(ρ(x, z) = {r_xz:.6g}, ρ(y, z) = {r_yz:.6g})")
+    return float(np.clip((r_xy - r_xz * r_yz) / math.sqrt(denominator), -1.0, 1.0))
+
+
+def group_mean_baseline(outcome, groups) -> np.ndarray:
+    """The family-mean baseline: b_i = mean{y_j : g_j = g_i}, the in-sample mean of the outcome over
+    the points that share i's group label (i itself included), returned per point, shape (n,)."""
+    y = np.asarray(outcome, dtype=np.float64)
+    labels = np.asarray(groups)
+    if y.ndim != 1 or len(y) == 0:
+        raise ValueError(f"outcome must be a non-empty 1-D array, got shape {y.shape}")
+    if labels.ndim != 1 or len(labels) != len(y):
+        raise ValueError(f"groups must give one label per point: {len(y)} outcomes but groups has shape "
+                         f"{labels.shape}")
+    if not np.isfinite(y).all():
+        raise ValueError(f"outcome holds non-finite values (NaN or inf): {y}")
+    try:
+        _, index = np.unique(labels, return_inverse=True)
+    except TypeError as err:
+        raise ValueError(f"group labels must be mutually comparable (one type): {err}") from None
+    index = index.reshape(-1)
+    sums = np.bincount(index, weights=y)
+    sizes = np.bincount(index)
+    return (sums / sizes)[index]

@@ -25,8 +25,10 @@ from numbers import Integral, Real
 from typing import Callable
 
 import numpy as np
+import torch
 
 from .metric import Boundary, HeadMode, layer_resolution, resolution
+from .model import alibi_slopes as model_alibi_slopes
 
 
 # --------------------------------------------------------------------------- checks
@@ -144,18 +146,9 @@ def xpos_score_curve(
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
-    """ALiBi head slopes (Press et al. 2022): 2^{-8h/H}, h = 1..H, for H a power of two.
-
-    For other H, as in the official code: the slopes of the nearest lower power of two
-    P, then every other slope of 2P, up to H in all.
-    """
-    heads = _check_int(heads, "heads", 1)
-    power = 2 ** int(math.floor(math.log2(heads)))
-    return np.concatenate([_geometric_slopes(power), _geometric_slopes(2 * power)[0::2][: heads - power]])  # (H,)
-
-
-def _geometric_slopes(heads: int) -> np.ndarray:
-    return 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)  # (H,)
+    """ALiBi head slopes (Press et al. 2022): 2^{-8h/H}, h = 1..H (other H as in the official code),
+    as float64 numpy: the trained model's :func:`attnres_helpers.model.alibi_slopes`, one formula for both."""
+    return model_alibi_slopes(_check_int(heads, "heads", 1), torch.float64).numpy()  # (H,)
 
 
 def alibi_score_curve(N: int, heads: int = 8, slope: float | None = None, scale: float = 1.0):

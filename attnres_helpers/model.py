@@ -27,8 +27,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import encodings
-
 MODEL_ENCODINGS = ("sinusoidal", "rope", "xpos", "alibi", "nope")  # the trainable encodings
 
 
@@ -113,10 +111,13 @@ def preset(name: str, **overrides) -> ModelConfig:
     return replace(PRESETS[name], **overrides)
 
 
-def alibi_slopes(n_head: int) -> torch.Tensor:
-    """ALiBi's head slopes m_h = 2^{-8h/H}, h = 1..H (Press et al. 2022, §3): the design-time
-    curves' :func:`attnres_helpers.encodings.alibi_slopes`, as a float32 tensor."""
-    return torch.from_numpy(encodings.alibi_slopes(n_head)).float()
+def alibi_slopes(n_head: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """ALiBi's head slopes (Press et al. 2022, §3): m_h = 2^{-8h/H}, h = 1..H, for H a power of two.
+    For other H, as in the official code: the slopes of the nearest lower power of two P, then every
+    other slope of 2P, up to H in all. Computed in float64, returned as ``dtype``; (H,)."""
+    power = 2 ** int(math.floor(math.log2(n_head)))
+    geometric = lambda h: 2.0 ** (-8.0 * torch.arange(1, h + 1, dtype=torch.float64) / h)  # noqa: E731
+    return torch.cat([geometric(power), geometric(2 * power)[0::2][: n_head - power]]).to(dtype)
 
 
 def sinusoidal_table(T: int, d: int) -> torch.Tensor:

@@ -191,6 +191,37 @@ def expected_scores(logits):
     return _back(_mean_from(sums, counts).to(torch.promote_types(t.dtype, torch.float32)), was_numpy)
 
 
+def expected_scores_fft(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Eq. 11 under a full causal mask, from queries and keys instead of the score matrix:
+    ``q, k (B, H, T, d) -> ŝ (H, T)``, averaged over the batch, with
+
+        ŝ[n] = scale · 1/(T−n) · Σ_{i=n}^{T−1} q_i · k_{i−n}     (scale = 1/√d by default),
+
+    a cross-correlation along time, computed by FFT (zero-padded to at least 2T−1, so nothing wraps)
+    in O(T log T · d) time and O(T · d) memory per head, in float64. It never builds the (T, T)
+    scores, so it reaches lengths where :func:`expected_scores` cannot. Additive biases that depend
+    only on the distance (ALiBi's −m·n) are added to the result by the caller; masks other than the
+    full causal one (BCA) need the explicit path.
+    """
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, torch.Tensor) or t.ndim != 4 or not t.is_floating_point():
+            raise ValueError(f"{name} must be a float tensor (B, H, T, d), got {getattr(t, 'shape', type(t))}")
+        if not torch.isfinite(t).all():
+            raise ValueError(f"{name} contains NaN or inf")
+    if q.shape != k.shape:
+        raise ValueError(f"q and k must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}")
+    B, H, T, d = q.shape
+    if T < 2 or B < 1 or d < 1:
+        raise ValueError(f"need B >= 1, T >= 2 and d >= 1, got shape {tuple(q.shape)}")
+    scale = 1.0 / d**0.5 if scale is None else float(scale)
+    n_fft = 1 << (2 * T - 1).bit_length()  # a power of two >= 2T - 1
+    Q = torch.fft.rfft(q.double(), n=n_fft, dim=-2)  # (B, H, F, d)
+    K = torch.fft.rfft(k.double(), n=n_fft, dim=-2)
+    corr = torch.fft.irfft((Q * K.conj()).sum(-1), n=n_fft, dim=-1)[..., :T]  # (B, H, T): Σ_i q_i·k_{i−n}
+    counts = torch.arange(T, 0, -1, dtype=torch.float64, device=q.device)  # T − n pairs at distance n
+    return scale * corr.mean(0) / counts
+
+
 class ScoreAccumulator:
     """Average ŝ[n] over many batches of texts, as the paper's E[·] does.
 

@@ -39,6 +39,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_explorer.py
 	$(PY) benchmarks/bench_training.py
 	$(PY) benchmarks/bench_measure.py
+	$(PY) benchmarks/bench_fft.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -28,6 +28,12 @@ from .plots import plot_resolution_pairs
 from .metric import BOUNDARIES, HEAD_MODES, Boundary, HeadMode
 
 L_RANGE = (16, 2048, 16)  # (min, max, step) of the training-length slider; 2L reaches 4096
+SIG_DIGITS = 3  # significant figures of the readouts
+RATIO_FLOOR = 1e-12  # below this R(L) the ratio R(2L)/R(L) is reported as undefined
+DEFAULT_BOUNDARY: Boundary = "zero"
+DEFAULT_HEAD_MODE: HeadMode = "mean-scores"
+SLIDER_LABELS = {"heads": "number of heads"}  # a parameter's slider label, where it differs from its name
+HEAD_NOTE = "head convention: only ALiBi's per-head curves (2 or more heads) depend on it"
 COMPARE_DEFAULT = ("sinusoidal", "rope", "xpos", "alibi", "kerple-log", "t5")
 
 
@@ -53,6 +59,7 @@ def explorer_state(name: str, L: int, params: dict | None = None, boundary: Boun
     r_L, r_2L = curve_pair(curve, L, head_mode, boundary)
     return {
         "name": name,
+        "multi_head": curve.ndim == 2 and curve.shape[0] > 1,
         "L": L,
         "params": {**default_params(name), **params},
         "boundary": boundary,
@@ -63,17 +70,47 @@ def explorer_state(name: str, L: int, params: dict | None = None, boundary: Boun
         "weights_2L": _softmax(profile),
         "R_L": r_L,
         "R_2L": r_2L,
-        "ratio": r_2L / r_L if r_L != 0 else math.nan,
+        "ratio": r_2L / r_L if abs(r_L) >= RATIO_FLOOR else math.nan,
     }
 
 
+def format_sig(x: float, digits: int = SIG_DIGITS) -> str:
+    """``x`` to ``digits`` significant figures: scientific below 1e-3 (and from 1e4), "0" for zero.
+
+    ``format_sig(0.0088687) == "0.00887"``, ``format_sig(9.5367e-07) == "9.54e-07"``,
+    ``format_sig(1.0) == "1.00"``; NaN reads "undefined".
+    """
+    x = float(x)
+    if math.isnan(x):
+        return "undefined"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "0"
+    scientific = f"{x:.{digits - 1}e}"
+    rounded = float(scientific)
+    if not 1e-3 <= abs(rounded) < 1e4:
+        return scientific
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+    return f"{rounded:.{decimals}f}"
+
+
+def format_ratio(r_L: float, ratio: float) -> str:
+    """R(2L)/R(L) as shown: :func:`format_sig`, or "undefined" with the reason when R(L) is (near) zero."""
+    if math.isnan(ratio):
+        return "undefined (R(L) = 0)" if r_L == 0 else f"undefined (R(L) < {RATIO_FLOOR:.0e})"
+    return format_sig(ratio)
+
+
 def _pair_text(r_L: float, r_2L: float, ratio: float) -> str:
-    ratio_text = "n/a (R(L) = 0)" if math.isnan(ratio) else f"{ratio:.4f}"
-    return f"R(L) = {r_L:.4f} &nbsp;·&nbsp; R(2L) = {r_2L:.4f} &nbsp;·&nbsp; R(2L)/R(L) = {ratio_text}"
+    return (
+        f"R(L) = {format_sig(r_L)} &nbsp;·&nbsp; R(2L) = {format_sig(r_2L)} &nbsp;·&nbsp; "
+        f"R(2L)/R(L) = {format_ratio(r_L, ratio)}"
+    )
 
 
 def readout_html(state: dict) -> str:
-    """The live readout: R at L, at 2L and their ratio, to 4 decimals."""
+    """The live readout: R at L, at 2L and their ratio, to 3 significant figures (:func:`format_sig`)."""
     return f"<b>{html.escape(state['name'])}</b> &nbsp; {_pair_text(state['R_L'], state['R_2L'], state['ratio'])}"
 
 
@@ -160,7 +197,7 @@ class SingleFigure:
         (self.line_s,) = self.ax_s.plot([], [], color="C0")
         (self.line_L,) = self.ax_w.plot([], [], color="C0", label="window of L distances")
         (self.line_2L,) = self.ax_w.plot([], [], color="C1", alpha=0.8, label="window of 2L distances")
-        self.ax_s.set_title("design-time score s[n] (ALiBi: heads thin, mean bold)", fontsize="medium")
+        self.title = None  # the score panel's title, set by the first render (it names the encoding)
         self.ax_s.yaxis.set_major_locator(MaxNLocator(5))
         self.fig.text(0.01, 0.52, "score", rotation=90, va="center")  # static, unlike an axis label
         self.ax_s.yaxis.set_label_coords(-0.1, 0.5)  # fixed: no tick-label measuring on each draw
@@ -172,10 +209,25 @@ class SingleFigure:
         self.animated = (self.heads, self.line_s, self.ax_s.yaxis, self.line_L, self.line_2L)
         for artist in self.animated:
             artist.set_animated(True)
+        self._set_title("design-time score s[n]")
+
+    @staticmethod
+    def title_for(state: dict) -> str:
+        """The score panel's title: the encoding, and how heads are drawn only where there are several."""
+        note = " (ALiBi: heads thin, mean bold)" if state["curve"].ndim == 2 else ""
+        return f"design-time score s[n] of {state['name']}{note}"
+
+    def _set_title(self, title: str) -> None:
+        """Redraw the static background with a new title (on a change of encoding, not on each update)."""
+        if title == self.title:
+            return
+        self.title = title
+        self.ax_s.set_title(title, fontsize="medium")
         self.fig.canvas.draw()
         self.background = self.fig.canvas.copy_from_bbox(self.fig.bbox)
 
     def render(self, state: dict) -> bytes:
+        self._set_title(self.title_for(state))
         L, curve, profile = state["L"], state["curve"], state["profile"]
         x = np.arange(2 * L) / L  # (2L,) distance in units of L
         self.line_s.set_data(*min_max_decimate(x, profile))
@@ -235,7 +287,7 @@ def find_by_class(widget, css_class: str):
 
 def param_slider(name: str, param: Param) -> widgets.Widget:
     """A slider for one registry parameter, with CSS class ``attnres-slider-<name>``."""
-    common = dict(description=name, continuous_update=False, style={"description_width": "7em"})
+    common = dict(description=SLIDER_LABELS.get(name, name), continuous_update=False, style={"description_width": "8em"})
     if param.kind == "int":
         slider = widgets.IntSlider(value=param.default, min=param.low, max=param.high, step=param.step, **common)
     elif param.kind == "log":
@@ -252,6 +304,10 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
 
     "single" mode shows one encoding; "compare" overlays several at their defaults and
     draws their (R(L), R(2L)) pairs as grouped bars. Errors appear in the widget.
+    "reset to defaults" (CSS class ``attnres-reset``) restores the encoding's parameters,
+    L (the one the explorer was opened with), the boundary and the head convention; the
+    head-convention menu is disabled, with a one-line reason, while no curve shown has
+    several heads.
     """
     default_params(name)  # raises ValueError for an unknown encoding, listing the known ones
     if isinstance(L, bool) or not isinstance(L, int) or not L_RANGE[0] <= L <= L_RANGE[1]:
@@ -261,8 +317,13 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
     chosen = widgets.SelectMultiple(options=list(DESIGN_CURVES), value=COMPARE_DEFAULT, rows=len(DESIGN_CURVES), description="compare")
     length = widgets.IntSlider(value=L, min=L_RANGE[0], max=L_RANGE[1], step=L_RANGE[2], description="L (train)", continuous_update=False)
     length.add_class("attnres-slider-L")
-    boundary = widgets.Dropdown(options=BOUNDARIES, value="zero", description="boundary")
-    head_mode = widgets.Dropdown(options=HEAD_MODES, value="mean-scores", description="heads")
+    boundary = widgets.Dropdown(options=BOUNDARIES, value=DEFAULT_BOUNDARY, description="boundary")
+    head_mode = widgets.Dropdown(
+        options=HEAD_MODES, value=DEFAULT_HEAD_MODE, description="head convention", style={"description_width": "8em"}
+    ).add_class("attnres-head-mode")
+    head_note = widgets.HTML().add_class("attnres-head-note")
+    reset = widgets.Button(description="reset to defaults", tooltip="the encoding's parameters, L, boundary and head convention")
+    reset.add_class("attnres-reset")
     summary = widgets.HTML()
     params_box = widgets.VBox()
     readout = widgets.HTML().add_class("attnres-readout")
@@ -270,14 +331,24 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
     plot = widgets.Image(format="jpeg").add_class("attnres-plot")
     single_figure, compare_figure = SingleFigure(), CompareFigure()
     sliders: dict[str, widgets.Widget] = {}
+    holding = []  # non-empty while several controls are set at once: one update at the end
+
+    def show_head_convention(states):
+        multi = any(s["multi_head"] for s in states)
+        head_mode.disabled = not multi
+        head_note.value = "" if multi else f"<i>{html.escape(HEAD_NOTE)}</i>"
 
     def update(_=None):
+        if holding:
+            return
         try:
             if mode.value == "single":
                 state = explorer_state(encoding.value, length.value, {k: s.value for k, s in sliders.items()}, boundary.value, head_mode.value)
+                show_head_convention([state])
                 readout.value, plot.value = readout_html(state), single_figure.render(state)
             else:
                 states = compare_states(chosen.value, length.value, boundary.value, head_mode.value)
+                show_head_convention(states)
                 readout.value, plot.value = compare_readout_html(states), compare_figure.render(states)
         except Exception as exc:  # shown in the widget: a callback's traceback would be lost
             error.value, error.layout.display = error_html(exc), None
@@ -295,6 +366,16 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         summary.value = f"<i>{html.escape(DESIGN_CURVES[encoding.value].summary)}</i>"
         update()
 
+    def reset_to_defaults(_=None):
+        holding.append(True)
+        try:
+            for key, param in DESIGN_CURVES[encoding.value].params.items():
+                sliders[key].value = param.default
+            length.value, boundary.value, head_mode.value = L, DEFAULT_BOUNDARY, DEFAULT_HEAD_MODE
+        finally:
+            holding.pop()
+        update()
+
     def switch_mode(_=None):
         single = mode.value == "single"
         for box in (encoding, summary, params_box):
@@ -303,11 +384,16 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         update()
 
     encoding.observe(rebuild_sliders, names="value")
+    reset.on_click(reset_to_defaults)
     mode.observe(switch_mode, names="value")
     for control in (length, boundary, head_mode, chosen):
         control.observe(update, names="value")
     chosen.layout.display = "none"
     rebuild_sliders()
-    controls = widgets.VBox([mode, widgets.HBox([encoding, summary]), chosen, length, widgets.HBox([boundary, head_mode]), params_box])
-    return widgets.VBox([controls, readout, error, plot]).add_class("attnres-explorer")
+    controls = widgets.VBox(
+        [mode, widgets.HBox([encoding, summary]), chosen, length, widgets.HBox([boundary, head_mode, head_note]), params_box, reset]
+    )
+    root = widgets.VBox([controls, readout, error, plot]).add_class("attnres-explorer")
+    root.reset_to_defaults = reset_to_defaults  # the button's handler, for code and tests
+    return root
 

@@ -15,18 +15,27 @@ from attnres_helpers.widgets import (
     explorer,
     explorer_state,
     find_by_class,
+    format_ratio,
+    format_sig,
     min_max_decimate,
     readout_html,
 )
 
-PAIR = re.compile(r"R\(L\) = (-?\d\.\d{4}) .*R\(2L\) = (-?\d\.\d{4}) .*R\(2L\)/R\(L\) = (-?\d+\.\d{4})")
+NUMBER = r"(-?\d+(?:\.\d+)?(?:e[-+]\d+)?|undefined)"
+PAIR = re.compile(rf"R\(L\) = {NUMBER} .*R\(2L\) = {NUMBER} .*R\(2L\)/R\(L\) = {NUMBER}")
 JPEG = b"\xff\xd8"
 
 
 def pair_in(text: str) -> tuple[float, float, float]:
+    """The three numbers of a readout as shown (rounded to 3 significant figures); undefined -> nan."""
     match = PAIR.search(text)
     assert match, text
-    return tuple(float(g) for g in match.groups())
+    return tuple(math.nan if g == "undefined" else float(g) for g in match.groups())
+
+
+def shown(x: float) -> float:
+    """x as the readout shows it."""
+    return float(format_sig(x))
 
 
 @pytest.fixture(scope="module")
@@ -53,17 +62,37 @@ def test_state_matches_resolution_pair_and_weights_are_distributions(name):
         assert w.sum() == pytest.approx(1.0) and np.all(w >= 0)
 
 
-def test_readout_shows_the_pair_and_ratio_to_four_decimals():
+def test_readout_shows_the_pair_and_ratio_to_three_significant_figures():
     state = explorer_state("rope", 1024)
     r_L, r_2L, ratio = pair_in(readout_html(state))
-    assert (r_L, r_2L) == (round(state["R_L"], 4), round(state["R_2L"], 4))
-    assert ratio == round(state["R_2L"] / state["R_L"], 4)
+    assert (r_L, r_2L) == (shown(state["R_L"]), shown(state["R_2L"]))
+    assert ratio == shown(state["R_2L"] / state["R_L"])
+    assert "R(L) = 0.00887 " in readout_html(state)
+
+
+@pytest.mark.parametrize(
+    "x, text",
+    [(0.0088687, "0.00887"), (9.5367431640625e-07, "9.54e-07"), (1.2345e-05, "1.23e-05"), (1.0, "1.00"),
+     (0.9996, "1.00"), (0.75255, "0.753"), (12.345, "12.3"), (0.001, "0.00100"), (0.00099949, "9.99e-04"),
+     (12345.0, "1.23e+04"), (0.0, "0"), (-0.5, "-0.500"), (math.nan, "undefined")],
+)
+def test_format_sig(x, text):
+    assert format_sig(x) == text
+
+
+def test_nope_at_its_defaults_shows_its_tiny_values_not_zeros():
+    state = explorer_state("nope", 1024)  # flat curve: R = 1/L^2 at L, 1/(2L)^2 at 2L
+    assert state["R_L"] == pytest.approx(1 / 1024**2) and state["R_2L"] == pytest.approx(1 / 2048**2)
+    text = readout_html(state)
+    assert "R(L) = 9.54e-07 " in text and "R(2L) = 2.38e-07 " in text and "R(2L)/R(L) = 0.250" in text
+    assert "0.0000" not in text
 
 
 def test_readout_says_when_the_ratio_is_undefined():
     state = explorer_state("nope", 64, boundary="drop")  # flat: R = 0 exactly
     assert math.isnan(state["ratio"])
-    assert "R(L) = 0.0000" in readout_html(state) and "n/a" in readout_html(state)
+    assert "R(L) = 0 " in readout_html(state) and "R(2L)/R(L) = undefined" in readout_html(state)
+    assert format_ratio(1e-13, math.nan) == "undefined (R(L) < 1e-12)"
 
 
 def test_compare_states_use_each_encodings_defaults():
@@ -71,7 +100,7 @@ def test_compare_states_use_each_encodings_defaults():
     assert [s["name"] for s in states] == ["rope", "alibi"]
     text = compare_readout_html(states)
     for s in states:
-        assert f"R(L) = {s['R_L']:.4f}" in text and f"R(2L) = {s['R_2L']:.4f}" in text
+        assert f"R(L) = {format_sig(s['R_L'])} " in text and f"R(2L) = {format_sig(s['R_2L'])} " in text
     with pytest.raises(ValueError, match="at least one encoding"):
         compare_states([], 128)
 
@@ -105,7 +134,7 @@ def test_layout_and_contract_classes(ui):
     assert isinstance(readout, widgets.HTML)
     assert isinstance(length, widgets.IntSlider) and not length.continuous_update
     rope = explorer_state("rope", length.value)
-    assert pair_in(readout.value)[:2] == (round(rope["R_L"], 4), round(rope["R_2L"], 4))  # default encoding is rope
+    assert pair_in(readout.value)[:2] == (shown(rope["R_L"]), shown(rope["R_2L"]))  # default encoding is rope
     for key, param in DESIGN_CURVES["rope"].params.items():
         slider = part(ui, f"attnres-slider-{key}")
         assert slider.value == pytest.approx(param.default) and not slider.continuous_update
@@ -173,3 +202,64 @@ def test_explorer_rejects_bad_arguments():
         explorer("rotary")
     with pytest.raises(ValueError, match=r"L must be an integer in \[16, 2048\]"):
         explorer("rope", 4096)
+
+
+def test_single_figure_title_names_the_encoding():
+    figure = SingleFigure()
+    figure.render(explorer_state("rope", 256))
+    assert figure.ax_s.get_title() == "design-time score s[n] of rope"
+    figure.render(explorer_state("alibi", 256))
+    assert figure.ax_s.get_title() == "design-time score s[n] of alibi (ALiBi: heads thin, mean bold)"
+
+
+def test_reset_restores_the_defaults():
+    ui = explorer("rope", 512)
+    readout = part(ui, "attnres-readout")
+    head_mode, boundary = part(ui, "attnres-head-mode"), next(
+        w for w in ui.children[0].children[4].children if getattr(w, "description", None) == "boundary")
+    part(ui, "attnres-slider-scale").value = 16.0
+    part(ui, "attnres-slider-rho").value = 0.5
+    part(ui, "attnres-slider-L").value = 1024
+    boundary.value = "drop"
+    head_mode.value = "mean-R"
+    assert readout.value != readout_html(explorer_state("rope", 512))
+    button = part(ui, "attnres-reset")
+    assert isinstance(button, widgets.Button) and button.description == "reset to defaults"
+    button.click()  # what a press in the browser does: the on_click handler
+    for key, param in DESIGN_CURVES["rope"].params.items():
+        assert part(ui, f"attnres-slider-{key}").value == pytest.approx(param.default)
+    assert part(ui, "attnres-slider-L").value == 512
+    assert (boundary.value, head_mode.value) == ("zero", "mean-scores")
+    assert readout.value == readout_html(explorer_state("rope", 512))
+    assert part(ui, "attnres-error").layout.display == "none"
+
+
+def test_reset_after_switching_encoding_and_back():
+    ui = explorer()
+    dropdown = next(w for w in ui.children[0].children[1].children if isinstance(w, widgets.Dropdown))
+    part(ui, "attnres-slider-scale").value = 2.0
+    dropdown.value = "alibi"
+    part(ui, "attnres-slider-heads").value = 4
+    ui.reset_to_defaults()
+    assert part(ui, "attnres-slider-heads").value == 8
+    dropdown.value = "rope"  # choosing an encoding again starts from its defaults
+    assert part(ui, "attnres-slider-scale").value == pytest.approx(8.0)
+    assert part(ui, "attnres-readout").value == readout_html(explorer_state("rope", 1024))
+
+
+def test_head_convention_is_disabled_with_a_reason_for_single_head_curves():
+    ui = explorer()
+    head_mode, note = part(ui, "attnres-head-mode"), part(ui, "attnres-head-note")
+    assert head_mode.description == "head convention"
+    assert head_mode.disabled and "only ALiBi" in note.value  # rope: one curve
+    dropdown = next(w for w in ui.children[0].children[1].children if isinstance(w, widgets.Dropdown))
+    dropdown.value = "alibi"
+    assert not head_mode.disabled and note.value == ""
+    assert part(ui, "attnres-slider-heads").description == "number of heads"
+    part(ui, "attnres-slider-heads").value = 1  # one head: the convention cannot act
+    assert head_mode.disabled
+    dropdown.value = "nope"
+    assert head_mode.disabled
+    mode = next(w for w in ui.children[0].children if isinstance(w, widgets.ToggleButtons))
+    mode.value = "compare"  # the default selection includes alibi
+    assert not head_mode.disabled

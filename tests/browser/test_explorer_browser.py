@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from attnres_helpers.encodings import DESIGN_CURVES
-from attnres_helpers.widgets import explorer_state, readout_html
+from attnres_helpers.widgets import explorer_state, format_ratio, format_sig
 
 from .conftest import ARTIFACTS_DIR, REPO_ROOT
 
@@ -30,7 +30,8 @@ playwright_api = pytest.importorskip(
 
 EXPLORER_NOTEBOOK = REPO_ROOT / "notebooks" / "02_encoding_explorer.ipynb"
 TEST_TIME_LIMIT_S = 240  # page load to screenshot; it takes ~10-30 s
-READOUT_PATTERN = re.compile(r"R\(L\) = -?\d+\.\d{4}\b.*R\(2L\) = -?\d+\.\d{4}\b")
+NUMBER = r"(?:-?\d+(?:\.\d+)?(?:e[-+]\d+)?)"  # what format_sig writes: 3 significant figures
+READOUT_PATTERN = re.compile(rf"R\(L\) = {NUMBER} · R\(2L\) = {NUMBER} · R\(2L\)/R\(L\) = ({NUMBER}|undefined\b)")
 
 
 class Deadline:
@@ -153,8 +154,12 @@ def wait_for_readout(readout, expected, deadline, poll_s=0.1):
 
 def explorer_readout(encoding, L):
     """The readout's visible text for encoding at training length L, every other control at
-    its default: computed by the explorer's own pure functions, without a kernel."""
-    return visible_text(readout_html(explorer_state(encoding, L)))
+    its default: the state from the explorer's pure function, each number written by the
+    explorer's own formatting functions (3 significant figures, scientific below 1e-3)."""
+    state = explorer_state(encoding, L)
+    r_L, r_2L = state["R_L"], state["R_2L"]
+    return (f"{encoding} R(L) = {format_sig(r_L)} · R(2L) = {format_sig(r_2L)}"
+            f" · R(2L)/R(L) = {format_ratio(r_L, state['ratio'])}")
 
 
 def test_explorer_slider_updates_readout(page, lab, lab_root):
@@ -200,7 +205,7 @@ def test_explorer_slider_updates_readout(page, lab, lab_root):
         page.screenshot(path=str(ARTIFACTS_DIR / "explorer.png"), timeout=deadline.ms(30))
 
     assert L_after > L_before, f"ArrowRight moved L from {L_before} to {L_after}"
-    assert READOUT_PATTERN.search(text_after), f"no R(L), R(2L) to 4 decimals in {text_after!r}"
+    assert READOUT_PATTERN.search(text_after), f"no R(L), R(2L), ratio to 3 significant figures in {text_after!r}"
     assert text_after != text_before, f"readout did not change: {text_before!r}"
 
 

@@ -8,10 +8,10 @@
 """
 
 import argparse
-import re
 import dataclasses
 import inspect
 import json
+import re
 import sys
 
 import torch

@@ -28,10 +28,10 @@ from tqdm.auto import tqdm
 from .data import load_splits
 from .files import write_text_atomic
 from .measure import measure_model
+from .metric import Boundary
 from .model import MODEL_ENCODINGS, ModelConfig, preset
 from .store import Profile, load_profiles, records, save_profiles
 from .train import load_checkpoint, train
-from .metric import Boundary
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
@@ -115,21 +115,27 @@ def measure_checkpoints(root: Path = CHECKPOINTS, encodings=MODEL_ENCODINGS, see
     profiles = []
     for e, s in tqdm([(e, s) for e in encodings for s in seeds], desc="measure", disable=not progress):
         run_dir = checkpoint_dir(e, s, root)
-        config = json.loads((run_dir / "config.json").read_text())
-        meta = run_meta(load_checkpoint(run_dir).cfg, s, config["train"])
+        config = json.loads((run_dir / "config.json").read_text())  # checked by verify_checkpoints
+        meta = run_meta(ModelConfig.from_dict(config["model"]), s, config["train"])
         profiles += measure_run(run_dir.name, run_dir, meta, **measure)
     return profiles
+
+
+def _train_run(cfg: ModelConfig, seed: int, out_dir: Path, device: str, threads: int, progress: bool,
+               training: dict) -> dict:
+    """Train (or reuse the finished run in ``out_dir``) on ``threads`` torch threads, checkpointing
+    every 100 steps on a CPU; returns the run's results (config.json's "results")."""
+    torch.set_num_threads(threads)
+    _, summary = train(cfg, seed=seed, out_dir=out_dir, checkpoint_every=100 if device == "cpu" else 0,
+                       device=device, progress=progress, **training)
+    return summary["results"]
 
 
 def train_one(cfg: ModelConfig, seed: int, out_dir: Path, device: str = "cpu", threads: int = 1,
               progress: bool = False, training: dict | None = None) -> float:
     """Train (or reuse the finished run in ``out_dir``) with ``training`` (None: TRAINING as it is now);
     returns the training wall time (s)."""
-    training = TRAINING if training is None else training
-    torch.set_num_threads(threads)
-    _, summary = train(cfg, seed=seed, out_dir=out_dir, checkpoint_every=100 if device == "cpu" else 0,
-                       device=device, progress=progress, **training)
-    return summary["results"]["wall_s"]
+    return _train_run(cfg, seed, out_dir, device, threads, progress, TRAINING if training is None else training)["wall_s"]
 
 
 def train_all(runs: list[tuple[ModelConfig, int, Path]], device: str = "cpu", jobs: int = 2,
@@ -178,10 +184,8 @@ class RunSpec:
 def train_and_measure(spec: RunSpec, device: str = "cpu", threads: int = 1) -> list[Profile]:
     """Train ``spec`` (reusing or resuming what its out_dir holds), then measure its fp16 checkpoint.
     The profiles' metadata gains ``trained``: the final losses, wall time and tokens/s."""
-    torch.set_num_threads(threads)
-    _, summary = train(spec.cfg, seed=spec.seed, out_dir=spec.out_dir, checkpoint_every=100 if device == "cpu" else 0,
-                       device=device, progress=False, **spec.training)
-    trained = {k: summary["results"][k] for k in ("train_loss", "val_loss", "wall_s", "tokens_per_s", "device")}
+    results = _train_run(spec.cfg, spec.seed, spec.out_dir, device, threads, False, spec.training)
+    trained = {k: results[k] for k in ("train_loss", "val_loss", "wall_s", "tokens_per_s", "device")}
     return measure_run(spec.name, spec.out_dir, {**spec.meta, "trained": trained}, device, **spec.measure)
 
 

@@ -213,7 +213,8 @@ def _layer_softmax(s_hat) -> tuple[np.ndarray, np.ndarray]:
     """Heads-averaged ŝ (layers, T) with masked distances as NaN, and p = softmax over distances."""
     per_layer = np.asarray(s_hat, dtype=np.float64).mean(axis=-2)  # (layers, T)
     finite = np.isfinite(per_layer)
-    p = np.exp(np.where(finite, per_layer, -np.inf) - np.where(finite, per_layer, -np.inf).max(-1, keepdims=True))
+    masked = np.where(finite, per_layer, -np.inf)
+    p = np.exp(masked - masked.max(-1, keepdims=True))
     return np.where(finite, per_layer, np.nan), p / p.sum(-1, keepdims=True)
 
 

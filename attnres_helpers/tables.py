@@ -304,29 +304,25 @@ def reversal_checks(records, head_mode: HeadMode = "mean-scores", tolerance: flo
     if partial:
         def usable(name):
             try:
-                _one_check(name, on_means, ppl_on_means, tolerance)
+                _CHECKS[name](on_means, ppl_on_means, tolerance)
                 return True
             except LookupError:
                 return False
         names = [n for n in names if usable(n)]
     try:
-        holds = {n: _one_check(n, on_means, ppl_on_means, tolerance) for n in names}
+        holds = {n: _CHECKS[n](on_means, ppl_on_means, tolerance) for n in names}
     except LookupError as err:
         raise ValueError(str(err).strip("'\"")) from None
     seeds = sorted({s for cell_ in index.values() for s in cell_})
     per_seed = []
     for seed in seeds:
         try:
-            per_seed.append({n: _one_check(n, lambda e, k, bca=False: cell(e, k, bca)[seed]["resolution"],
+            per_seed.append({n: _CHECKS[n](lambda e, k, bca=False: cell(e, k, bca)[seed]["resolution"],
                                            lambda e, column: cell(e, 2, False)[seed][column], tolerance)
                              for n in names})
         except (LookupError, TypeError):  # this seed lacks a value some check needs
             continue
     return {name: Check(holds[name], sum(p[name] for p in per_seed), len(per_seed)) for name in names}
-
-
-def _one_check(name, r, ppl, tolerance) -> bool:
-    return _CHECKS[name](r, ppl, tolerance)
 
 
 def format_checks(checks: dict[str, Check]) -> str:

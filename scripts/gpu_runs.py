@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -53,25 +54,22 @@ SWEEP_POINTS = {
 }
 
 
-def large_dataset(out: Path, runs: Path, device: str, quick: bool) -> Dataset:
-    training = {"steps": 3, "batch_tokens": 64, "lr": 1e-3, "warmup": 1} if quick else LARGE_TRAINING
-    specs = [RunSpec(f"{e}-s{s}", preset("tiny" if quick else "large", encoding=e), s, runs / "large" / f"{e}-s{s}",
-                     training, {"device": device, "preset": "large"})
+def large_dataset(out: Path, runs: Path, device: str) -> Dataset:
+    specs = [RunSpec(f"{e}-s{s}", preset("large", encoding=e), s, runs / "large" / f"{e}-s{s}",
+                     LARGE_TRAINING, {"device": device, "preset": "large"})
              for s in SEEDS for e in MODEL_ENCODINGS]
-    about = {"command": "python scripts/gpu_runs.py", "dataset": "large", "measure": MEASURE, "training": training,
+    about = {"command": "python scripts/gpu_runs.py", "dataset": "large", "measure": MEASURE, "training": LARGE_TRAINING,
              "device": device, "tf32": device.startswith("cuda")}
     return Dataset(out / "large.safetensors", specs, about, torch.float16)
 
 
-def sweep_dataset(out: Path, runs: Path, device: str, quick: bool) -> Dataset:
+def sweep_dataset(out: Path, runs: Path, device: str) -> Dataset:
     specs = []
     for point, (model_changes, train_changes) in SWEEP_POINTS.items():
         training = {**TRAINING, **train_changes}
-        if quick:
-            training = {**training, "steps": 3, "batch_tokens": 64, "warmup": 1}
         for s in SEEDS:
             for e in SWEEP_ENCODINGS:
-                cfg = preset("tiny", encoding=e) if quick else model_config(e, **model_changes)
+                cfg = model_config(e, **model_changes)
                 specs.append(RunSpec(f"{point}-{e}-s{s}", cfg, s, runs / "sweep" / f"{point}-{e}-s{s}",
                                      training, {"point": point, "device": device}, {**MEASURE, "multiples": (1, 2)}))
     about = {"command": "python scripts/gpu_runs.py", "dataset": "sweep round 2", "measure": {**MEASURE, "multiples": (1, 2)},
@@ -91,15 +89,14 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     torch.set_float32_matmul_precision("high")  # TF32 on the GPU; no effect on a CPU
     args.out.mkdir(parents=True, exist_ok=True)
-    parts = {"large": lambda: large_dataset(args.out, args.runs, args.device, args.quick),
+    parts = {"large": lambda: large_dataset(args.out, args.runs, args.device),
              "family": lambda: family_dataset(args.out / "family.safetensors", SEEDS, args.device, args.runs / "family"),
-             "sweep": lambda: sweep_dataset(args.out, args.runs, args.device, args.quick)}
+             "sweep": lambda: sweep_dataset(args.out, args.runs, args.device)}
     datasets = [parts[p]() for p in args.parts]
-    if args.quick:  # the family's specs come from experiments: shrink them here
-        for ds in datasets:
-            for i, spec in enumerate(ds.specs):
-                object.__setattr__(spec, "cfg", preset("tiny", encoding=spec.cfg.encoding))
-                object.__setattr__(spec, "training", {**spec.training, "steps": 3, "batch_tokens": 64, "warmup": 1})
+    if args.quick:  # every run shrunk to a tiny model and 3 steps, to check the script on a CPU
+        datasets = [replace(ds, specs=[replace(spec, cfg=preset("tiny", encoding=spec.cfg.encoding),
+                                               training={**spec.training, "steps": 3, "batch_tokens": 64, "warmup": 1})
+                                       for spec in ds.specs]) for ds in datasets]
     t0 = time.time()
     kept = run_datasets(datasets, args.device, args.jobs, progress=False, deadline_s=args.deadline_s)
     summary = {str(store.name): len({p.run for p in profiles}) for store, profiles in kept.items()}

@@ -196,7 +196,9 @@ def test_family_settings():
     assert alibi.cfg.alibi_slope_scale == 0.25 and alibi.meta["params"] == {"alibi_slope_scale": 0.25}
     assert by_name["rope-base-100000-s0"].cfg.rope_base == 1e5
     assert {s.cfg.encoding for s in specs} == {"rope", "xpos", "alibi", "sinusoidal", "nope"}
-    assert all(s.training == experiments.TRAINING and s.cfg.n_layer == 4 for s in specs)
+    assert all(s.training == {**experiments.TRAINING, "steps": 400, "warmup": 40} and s.cfg.n_layer == 4
+               for s in specs)
+    assert [s.seed for s in specs] == [0] * 21 + [1] * 21  # seed by seed: a stopped run keeps every member
     ds = experiments.family_dataset(seeds=(0,), device="cuda")
     assert ds.dtype == torch.float16 and len(ds.specs) == 21 and ds.about["command"].endswith("--device cuda")
 

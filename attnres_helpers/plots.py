@@ -9,6 +9,12 @@ from .encodings import resolution_pair, score_curve
 from .files import atomic_write
 from .metric import Boundary, HeadMode, resolution
 
+# Figures of the notebooks are drawn for JupyterLab's display width (about 950 px): at most
+# DISPLAY_WIDTH inches wide at dpi 100, so they are shown at their own size, with no text below
+# MIN_FONT points.
+DISPLAY_WIDTH = 9.5  # inches
+MIN_FONT = 9  # points
+
 
 def save_png_atomic(fig, path, dpi: int = 100) -> Path:
     """Write ``fig`` as a PNG at ``path`` atomically (:func:`attnres_helpers.files.atomic_write`),
@@ -155,10 +161,17 @@ def measured_profile_gallery(profiles: dict, train_len: int, ncols: int = 3):
     return fig
 
 
-def plot_stat_bars(rows: list, columns, category: str = "encoding", ax=None, ylabel: str = "R"):
+def plot_stat_bars(rows: list, columns, category: str = "encoding", ax=None, ylabel: str = "R",
+                   errors: str = "spread"):
     """Grouped bars from table rows (attnres_helpers.tables): one group per row, named by
-    ``row[category]``, one bar per column at the seed mean, ± the seed spread as an error bar and
-    each seed as a dot. A missing value (None) is marked "n/a"."""
+    ``row[category]``, one bar per column at the seed mean, an error bar and each seed as a dot.
+    A missing value (None) is marked "n/a".
+
+    ``errors="spread"``: ± the seed spread (sample standard deviation). ``errors="range"``: from
+    the smallest to the largest seed value, which stays positive and so suits a log axis (a
+    spread larger than the mean would reach below zero)."""
+    if errors not in ("spread", "range"):
+        raise ValueError(f"errors must be 'spread' or 'range', got {errors!r}")
     ax = plt.gca() if ax is None else ax
     x = np.arange(len(rows))
     width = 0.8 / len(columns)
@@ -166,46 +179,76 @@ def plot_stat_bars(rows: list, columns, category: str = "encoding", ax=None, yla
         centres = x + (j - (len(columns) - 1) / 2) * width
         stats = [row.get(column) for row in rows]
         present = [i for i, stat in enumerate(stats) if stat is not None]
-        ax.bar(centres[present], [stats[i].mean for i in present], width=width, color=f"C{j}", label=column,
-               yerr=[stats[i].spread or 0.0 for i in present], capsize=2)
+        means = np.array([stats[i].mean for i in present])
+        if errors == "range":
+            yerr = np.array([[stats[i].mean - min(stats[i].values) for i in present],
+                             [max(stats[i].values) - stats[i].mean for i in present]]).reshape(2, -1)
+        else:
+            yerr = [stats[i].spread or 0.0 for i in present]
+        ax.bar(centres[present], means, width=width, color=f"C{j}", label=column, yerr=yerr, capsize=2)
         for i in present:
             ax.scatter(np.full(len(stats[i].values), centres[i]), stats[i].values, color="k", s=6, zorder=3)
         for i in sorted(set(range(len(rows))) - set(present)):
-            ax.text(centres[i], 0, "n/a", ha="center", va="bottom", fontsize="x-small", rotation=90)
+            ax.text(centres[i], 0, "n/a", ha="center", va="bottom", fontsize=MIN_FONT, rotation=90)
     ax.set_xticks(x, [str(row[category]) for row in rows])
     ax.axhline(0, color="k", linewidth=0.5)
     ax.set(xlabel=category, ylabel=ylabel)
-    ax.legend(fontsize="x-small")
+    ax.legend(fontsize=MIN_FONT)
     return ax
 
 
 def layer_resolution_figure(records: list, encodings, head_mode: HeadMode = "mean-scores", columns=("R(L)", "R(2L)"),
-                            reference: str | None = "alibi", ncols: int = 3):
+                            reference: str | None = "alibi", ncols: int = 3, reference_column: str | None = None,
+                            width: float = DISPLAY_WIDTH, row_height: float = 2.9):
     """Per-layer R of each encoding, one panel each, on a log axis (bars at the seed mean, error
-    bars for the spread, a dot per seed), so that ALiBi's 0.003 and RoPE's 0.2 are both readable.
-    With ``reference``, that encoding's per-layer R at the last column is drawn in every panel as a
-    dotted step line: the level each layer has to stay above."""
+    bars from the smallest to the largest seed, a dot per seed), so that ALiBi's 0.003 and RoPE's
+    0.2 are both readable; the axis starts a factor of 3 below the smallest seed value.
+    With ``reference``, that encoding's per-layer R at ``reference_column`` (default: the last
+    column) is drawn in every other panel as a dotted step line: the level each layer has to stay
+    above. The legend goes into the first free panel, or into the first panel if none is free.
+    ``width`` in inches (default: JupyterLab's display width at dpi 100); text is >= MIN_FONT pt."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     from .tables import layer_table
 
+    reference_column = columns[-1] if reference_column is None else reference_column
     nrows = -(-len(encodings) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.9 * ncols, 3.3 * nrows), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, row_height * nrows),
+                             squeeze=False, sharey=True)
     ref_rows = layer_table(records, reference, head_mode) if reference in encodings else None
+    smallest = np.inf
     for ax, encoding in zip(axes.flat, encodings):
         rows = layer_table(records, encoding, head_mode)
-        plot_stat_bars(rows, columns, category="layer", ax=ax)
+        plot_stat_bars(rows, columns, category="layer", ax=ax, errors="range")
+        smallest = min([smallest] + [v for row in rows for c in columns if row.get(c) for v in row[c].values if v > 0])
         ax.set_yscale("log")
         if ref_rows is not None and encoding != reference:
-            level = [row[columns[-1]].mean for row in ref_rows]
+            level = [row[reference_column].mean for row in ref_rows]
             ax.step(np.arange(len(level) + 1) - 0.5, level + level[-1:], where="post", color="k",
-                    linestyle=":", linewidth=1.5, label=f"{reference} {columns[-1]}")
-        ax.set_title(encoding)
-        if ax is axes.flat[0]:
-            ax.legend(fontsize="small", loc="lower left")
-        else:
-            ax.get_legend().remove()
-    for ax in axes.flat[len(encodings):]:
+                    linestyle=":", linewidth=1.5)
+        ax.set_title(encoding, fontsize=10)
+        ax.set_xlabel("layer", fontsize=MIN_FONT + 0.5)
+        ax.set_ylabel(f"R ({head_mode}, log)" if ax in axes[:, 0] else "", fontsize=MIN_FONT + 0.5)
+        ax.tick_params(labelsize=MIN_FONT)
+        ax.get_legend().remove()
+    if np.isfinite(smallest):
+        axes.flat[0].set_ylim(bottom=smallest / 3)
+    handles = [Patch(color=f"C{j}", label=c) for j, c in enumerate(columns)]
+    handles.append(Line2D([], [], marker="o", linestyle="", color="k", markersize=3, label="one seed"))
+    if ref_rows is not None:
+        handles.append(Line2D([], [], color="k", linestyle=":", linewidth=1.5, label=f"{reference} {reference_column}"))
+    free = axes.flat[len(encodings):]
+    for ax in free:
         ax.set_visible(False)
-    fig.tight_layout()
+    if len(free):
+        fig.tight_layout()
+        box = free[0].get_position()
+        fig.legend(handles=handles, loc="center", bbox_to_anchor=(box.x0 + box.width / 2, box.y0 + box.height / 2),
+                   fontsize=10, frameon=False)
+    else:
+        axes.flat[0].legend(handles=handles, fontsize=MIN_FONT, loc="lower left")
+        fig.tight_layout()
     return fig
 
 
@@ -229,7 +272,7 @@ def plot_layer_softmax(s_hat, train_len: int, ax=None, title: str = "", boundary
                 label=f"layer {layer}: R = {r:.3g}")
     ax.axvline(train_len, color="k", alpha=0.4, linewidth=3)
     ax.set(xlabel="distance n", ylabel=r"$p_n$ = softmax($\hat{s}$) (log)", yscale="log", title=title)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize=MIN_FONT, ncol=2 if len(p) > 4 else 1, columnspacing=1.0, handlelength=1.5)
     return ax
 
 
@@ -237,7 +280,7 @@ def plot_layer_weights(s_hat, train_len: int, axes=None, title: str = "", bounda
     """What R sees in one model at one eval length: left, ŝ[n] per layer (heads averaged); right,
     :func:`plot_layer_softmax`. ``s_hat`` is (layers, H, T)."""
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+        _, axes = plt.subplots(1, 2, figsize=(DISPLAY_WIDTH, 3.2))
     ax_s, ax_p = axes
     scores, _ = _layer_softmax(s_hat)
     for layer, s in enumerate(scores):
@@ -245,7 +288,42 @@ def plot_layer_weights(s_hat, train_len: int, axes=None, title: str = "", bounda
     ax_s.axvline(train_len, color="k", alpha=0.4, linewidth=3)
     ax_s.set(xlabel="distance n", ylabel=r"$\hat{s}[n]$ (heads averaged)", title=title)
     plot_layer_softmax(s_hat, train_len, ax_p, f"{title}: what R sees", boundary)
+    for ax in axes:
+        ax.title.set_fontsize(10)
+        ax.xaxis.label.set_fontsize(MIN_FONT + 0.5)
+        ax.yaxis.label.set_fontsize(MIN_FONT + 0.5)
+        ax.tick_params(labelsize=MIN_FONT)
     return axes
+
+
+def layer_weights_figure(s_hats: dict, train_len: int, boundary: Boundary = "zero", width: float = DISPLAY_WIDTH,
+                         row_height: float = 2.9):
+    """One row of :func:`plot_layer_weights` per model: ``s_hats = {title: s_hat (layers, H, T)}``.
+    ``width`` in inches (default: JupyterLab's display width at dpi 100)."""
+    fig, axes = plt.subplots(len(s_hats), 2, figsize=(width, row_height * len(s_hats)), squeeze=False)
+    for row, (title, s_hat) in zip(axes, s_hats.items()):
+        plot_layer_weights(s_hat, train_len, row, title=title, boundary=boundary)
+    fig.tight_layout()
+    return fig
+
+
+def plot_training_losses(losses: dict, ax=None, smooth: int = 50):
+    """Training loss curves, ``losses = {label: [per-step losses of each seed, ...]}``: one colour
+    per label, one line per seed, each a running mean over ``smooth`` steps centred on its step."""
+    ax = plt.gca() if ax is None else ax
+    if smooth < 1:
+        raise ValueError(f"smooth must be >= 1, got {smooth}")
+    for i, (label, runs) in enumerate(losses.items()):
+        for j, run in enumerate(runs):
+            run = np.asarray(run, dtype=np.float64)
+            averaged = np.convolve(run, np.ones(smooth) / smooth, mode="valid")  # (steps − smooth + 1,)
+            ax.plot(np.arange(len(averaged)) + (smooth - 1) / 2, averaged, color=f"C{i}", linewidth=1,
+                    label=label if j == 0 else None)
+    ax.set_xlabel("step", fontsize=MIN_FONT + 0.5)
+    ax.set_ylabel("training loss (nats/byte)", fontsize=MIN_FONT + 0.5)
+    ax.tick_params(labelsize=MIN_FONT)
+    ax.legend(fontsize=MIN_FONT)
+    return ax
 
 
 def plot_position_perplexity(nll: dict, train_len: int, ax=None, smooth: int = 1):
@@ -258,9 +336,15 @@ def plot_position_perplexity(nll: dict, train_len: int, ax=None, smooth: int = 1
         values = np.asarray(values, dtype=np.float64)
         averaged = np.convolve(values, np.ones(smooth) / smooth, mode="valid")  # (T − smooth + 1,)
         ax.plot(np.arange(len(averaged)) + (smooth - 1) / 2, np.exp(averaged), label=label, linewidth=1)
+    from matplotlib.ticker import FuncFormatter
+
     ax.axvline(train_len, color="k", alpha=0.4, linewidth=3, label="training length L")
     ax.set(xlabel="position in the window", ylabel="perplexity (log scale)", yscale="log")
-    ax.legend(fontsize="x-small")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")  # 40, not 4×10¹
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.tick_params(labelsize=MIN_FONT)
+    ax.legend(fontsize=MIN_FONT, ncol=2)
     return ax
 
 

@@ -1,0 +1,133 @@
+"""The notebook figures of attnres_helpers.plots: what they draw, and that they stay legible at
+JupyterLab's display width (at most DISPLAY_WIDTH inches at dpi 100, no text below MIN_FONT pt)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from attnres_helpers.metric import resolution  # noqa: E402
+from attnres_helpers.plots import (  # noqa: E402
+    DISPLAY_WIDTH,
+    MIN_FONT,
+    layer_resolution_figure,
+    layer_weights_figure,
+    plot_stat_bars,
+    plot_training_losses,
+)
+from attnres_helpers.store import Profile, records as store_records  # noqa: E402
+from attnres_helpers.tables import layer_table  # noqa: E402
+
+L = 16
+
+
+def _profiles():
+    """Two encodings × two seeds, 3 layers, 2 heads, at L and 2L: a geometric decay per layer whose
+    slope differs by encoding, layer and seed; 'flat' has nearly flat upper layers (tiny R)."""
+    out = []
+    for encoding, base in (("steep", 1.0), ("flat", 0.02)):
+        for seed in (0, 1):
+            meta = {"encoding": encoding, "seed": seed, "train_len": L}
+            for k in (1, 2):
+                T = k * L
+                slopes = torch.tensor([2.0, base * (1 + seed), base * (2 + seed)], dtype=torch.float64)  # (layers,)
+                s_hat = -(slopes[:, None, None] * torch.arange(T, dtype=torch.float64)).expand(3, 2, T)
+                out.append(Profile(f"{encoding}-s{seed}", meta, T, False, s_hat.float().clone(),
+                                   torch.full((T,), 1.5, dtype=torch.float64)))
+    return out
+
+
+def _texts(fig):
+    """Every visible text of a figure: titles, labels, tick labels, legends."""
+    fig.canvas.draw()
+    return [t for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()]
+
+
+def _assert_legible(fig):
+    width, _ = fig.get_size_inches()
+    assert width <= DISPLAY_WIDTH + 1e-9
+    small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig) if t.get_fontsize() < MIN_FONT]
+    assert not small, small
+
+
+def test_layer_resolution_figure_is_legible_log_scaled_and_draws_the_reference_column():
+    records = store_records(_profiles())
+    fig = layer_resolution_figure(records, ["steep", "flat"], columns=("R(L)", "R(2L)"), reference="steep",
+                                  ncols=3, reference_column="R(L)")
+    _assert_legible(fig)
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in visible] == ["steep", "flat"]
+    assert all(ax.get_yscale() == "log" for ax in visible)
+    # The axis starts below the smallest seed value, so every bar is visible.
+    values = [v for e in ("steep", "flat") for row in layer_table(records, e) for c in ("R(L)", "R(2L)")
+              for v in row[c].values]
+    assert visible[0].get_ylim()[0] < min(values)
+    # The reference step line: the 'steep' per-layer R(L) means, drawn in the other panel only.
+    level = [row["R(L)"].mean for row in layer_table(records, "steep")]
+    steps = [line for line in visible[1].lines if line.get_linestyle() == ":"]
+    assert len(steps) == 1 and np.allclose(steps[0].get_ydata()[:-1], level)
+    assert not [line for line in visible[0].lines if line.get_linestyle() == ":"]
+    # The legend sits in the free third panel: a figure legend naming the columns and the reference.
+    labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert labels == ["R(L)", "R(2L)", "one seed", "steep R(L)"]
+    plt.close(fig)
+
+
+def test_range_error_bars_span_the_seeds_and_stay_positive():
+    records = store_records(_profiles())
+    rows = layer_table(records, "flat")
+    fig, ax = plt.subplots()
+    plot_stat_bars(rows, ["R(L)"], category="layer", ax=ax, errors="range")
+    (container,) = [c for c in ax.containers if hasattr(c, "errorbar") and c.errorbar is not None]
+    segments = container.errorbar.lines[2][0].get_segments()
+    for segment, row in zip(segments, rows):
+        low, high = sorted(segment[:, 1])
+        assert low == pytest.approx(min(row["R(L)"].values)) and high == pytest.approx(max(row["R(L)"].values))
+        assert low > 0
+    with pytest.raises(ValueError, match="errors"):
+        plot_stat_bars(rows, ["R(L)"], category="layer", ax=ax, errors="sem")
+    plt.close(fig)
+
+
+def test_layer_weights_figure_shows_the_softmax_weights_and_their_R():
+    profile = _profiles()[1]  # steep, seed 0, T = 2L
+    fig = layer_weights_figure({"steep": profile.s_hat, "again": profile.s_hat}, L)
+    _assert_legible(fig)
+    assert len(fig.axes) == 4
+    ax_s, ax_p = fig.axes[:2]
+    assert ax_p.get_yscale() == "log"
+    for layer, line in enumerate(ax_p.lines[:3]):
+        s = profile.s_hat[layer].double().mean(0).numpy()
+        p = np.exp(s - np.logaddexp.reduce(s))
+        assert np.allclose(line.get_ydata(), p)
+        assert f"R = {float(resolution(s)):.3g}" in line.get_label()
+    assert np.allclose(ax_s.lines[0].get_ydata(), profile.s_hat[0].double().mean(0).numpy())
+    plt.close(fig)
+
+
+def test_training_losses_are_centred_running_means():
+    fig, ax = plt.subplots(figsize=(DISPLAY_WIDTH, 3))
+    plot_training_losses({"a": [np.arange(10.0), np.arange(10.0) + 1], "b": [np.ones(10)]}, ax=ax, smooth=3)
+    _assert_legible(fig)
+    assert len(ax.lines) == 3
+    x, y = ax.lines[0].get_data()
+    assert np.allclose(x, np.arange(1, 9)) and np.allclose(y, np.arange(1, 9))  # mean of 3 consecutive steps
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+    with pytest.raises(ValueError, match="smooth"):
+        plot_training_losses({"a": [np.ones(4)]}, ax=ax, smooth=0)
+    plt.close(fig)
+
+
+def test_position_perplexity_is_legible_with_plain_tick_labels():
+    from attnres_helpers.plots import plot_position_perplexity
+
+    fig, ax = plt.subplots(figsize=(DISPLAY_WIDTH, 3.6))
+    plot_position_perplexity({"a": np.log(np.linspace(3, 60, 4 * L)), "b": np.full(4 * L, np.log(4.0))}, L, ax=ax)
+    _assert_legible(fig)
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and not any("times" in label or "^" in label for label in labels)  # 40, not 4×10¹
+    plt.close(fig)

@@ -5,6 +5,8 @@
     python -m attnres_helpers measure --json         # verify and re-measure the shipped checkpoints
     python -m attnres_helpers results --json [--boundary zero|drop] [--store PATH]   # records from stored ŝ
     python -m attnres_helpers family [--jobs 2] [--device cuda]   # the family of notebook 05
+    python -m attnres_helpers hf-train [--jobs 2]    # Hugging Face architectures on our corpus (notebook 06)
+    python -m attnres_helpers measure-hf --model PATH_OR_NAME [--lengths 1,2] [--json]   # any supported HF model
 """
 
 import argparse
@@ -80,6 +82,22 @@ def cmd_family(args: argparse.Namespace) -> None:
     print(f"{len(profiles)} profiles written to {FAMILY_STORE}")
 
 
+def cmd_hf_train(args: argparse.Namespace) -> None:
+    """Train and measure the Hugging Face architectures of notebook 06 (resumable); ship seed 0 of two."""
+    from .experiments import HF_CHECKPOINTS, HF_STORE, hf_dataset, run_datasets, ship_hf_checkpoints
+
+    profiles = run_datasets([hf_dataset(device=args.device)], args.device, args.jobs)[HF_STORE]
+    ship_hf_checkpoints()
+    print(f"{len(profiles)} profiles written to {HF_STORE}; checkpoints in {HF_CHECKPOINTS}")
+
+
+def cmd_measure_hf(args: argparse.Namespace) -> None:
+    """Measure a Hugging Face causal LM (a hub name, with internet, or a local folder) at k × its context."""
+    from .hf import measure_pretrained
+
+    _print_records(measure_pretrained(args.model, args.lengths, args.windows), args.json)
+
+
 def _print_records(recs: list[dict], as_json: bool) -> None:
     if as_json:
         print(json.dumps(recs, indent=1))
@@ -118,6 +136,16 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
     p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
     p.set_defaults(func=cmd_family)
+    p = subparsers.add_parser("hf-train", help="train and measure the Hugging Face architectures of notebook 06")
+    p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
+    p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
+    p.set_defaults(func=cmd_hf_train)
+    p = subparsers.add_parser("measure-hf", help="measure a Hugging Face causal LM by hub name or local folder")
+    p.add_argument("--model", required=True, help="a hub name (needs the internet) or a local model folder")
+    p.add_argument("--lengths", type=_lengths, default=(1, 2), help="multiples of the trained context, e.g. 1,2")
+    p.add_argument("--windows", type=_positive_int, default=4, help="held-out windows per length")
+    p.add_argument("--json", action="store_true", help="print every record as JSON")
+    p.set_defaults(func=cmd_measure_hf)
     for name, func, what in (("measure", cmd_measure, "verify and re-measure the shipped checkpoints"),
                              ("results", cmd_results, "records from a measurement store (no model is loaded)")):
         p = subparsers.add_parser(name, help=what)
@@ -142,6 +170,16 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
+
+
+def _lengths(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be numbers separated by commas, e.g. 1,2; got {text!r}") from None
+    if not all(0 < v <= 64 for v in values):
+        raise argparse.ArgumentTypeError(f"each length multiple must be in (0, 64], got {text!r}")
+    return values
 
 
 def _device(text: str) -> str:

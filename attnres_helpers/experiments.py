@@ -26,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .data import load_splits
-from .files import write_text_atomic
+from .files import atomic_write, write_text_atomic
 from .measure import measure_model
 from .metric import Boundary
 from .model import MODEL_ENCODINGS, ModelConfig, preset
@@ -280,6 +280,42 @@ def family_dataset(store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu",
     about = {"command": FAMILY_COMMAND + (f" --device {device}" if device != "cpu" else ""), "measure": MEASURE,
              "training": FAMILY_TRAINING, "device": device, "plan": "data/results/family_plan.md"}
     return Dataset(Path(store), family_specs(seeds, runs_root, device), about, torch.float16)
+
+
+# Hugging Face's own architectures (notebook 06): Llama (RoPE), BLOOM (ALiBi), GPT-2 (learned absolute
+# positions, so measured at L only) and GPT-NeoX (partial rotary), built from config at the default sizes
+# and trained like the family (FAMILY_TRAINING), so that they sit beside the family's "rope base 10000"
+# and "alibi slopes x1": the same corpus, sizes, steps and seeds. Seed 0 of Llama and BLOOM is shipped
+# in HF_CHECKPOINTS (with its own SHA256SUMS); every run's ŝ and NLL are in HF_STORE.
+HF_STORE = DATA / "results" / "hf.safetensors"
+HF_RUNS = ROOT / "runs" / "hf"
+HF_CHECKPOINTS = DATA / "hf_checkpoints"
+HF_SHIPPED = ("hf-llama-s0", "hf-bloom-s0")
+HF_COMMAND = "python -m attnres_helpers hf-train"
+
+
+def hf_dataset(store: Path = HF_STORE, seeds=SEEDS, device: str = "cpu", runs_root: Path = HF_RUNS) -> Dataset:
+    """The Hugging Face architectures × seeds as a Dataset, seed by seed."""
+    from .hf import HF_ARCHITECTURES, HFConfig
+
+    d = preset("default")
+    specs = [RunSpec(f"hf-{arch}-s{seed}", HFConfig(arch, d.train_len, d.n_layer, d.n_head, d.d_model), seed,
+                     Path(runs_root) / f"hf-{arch}-s{seed}", dict(FAMILY_TRAINING),
+                     extra={"architecture": arch, "device": device},
+                     measure={**MEASURE, "multiples": (1,) if arch == "gpt2" else MEASURE["multiples"]})
+             for seed in seeds for arch in HF_ARCHITECTURES]
+    about = {"command": HF_COMMAND, "measure": MEASURE, "training": FAMILY_TRAINING, "device": device}
+    return Dataset(Path(store), specs, about)
+
+
+def ship_hf_checkpoints(runs_root: Path = HF_RUNS, root: Path = HF_CHECKPOINTS, runs=HF_SHIPPED) -> None:
+    """Copy the shipped HF runs' config.json and fp16 model into ``root`` and write its SHA256SUMS."""
+    for run in runs:
+        for name in ("config.json", "model.safetensors"):
+            data = (Path(runs_root) / run / name).read_bytes()
+            (Path(root) / run).mkdir(parents=True, exist_ok=True)
+            atomic_write(Path(root) / run / name, lambda tmp: Path(tmp).write_bytes(data))
+    write_text_atomic(Path(root) / "SHA256SUMS", sha256sums(root))
 
 
 def load_results(path: Path = STORE, boundary: Boundary = "zero") -> list[dict]:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from .data import eval_windows
 from .metric import ScoreAccumulator
+from .model import ModelConfig
 from .store import Profile
 
 
@@ -68,13 +69,14 @@ def measure_model(model, val_tokens: torch.Tensor, run: str, meta: dict, multipl
     """
     cfg = model.cfg
     meta = {**meta, "encoding": cfg.encoding, "train_len": cfg.train_len}
+    bca_ok = isinstance(cfg, ModelConfig) and cfg.encoding != "sinusoidal"  # BCA needs our relative encodings
     profiles = []
     for k in multiples:
         T = k * cfg.train_len
         windows = eval_windows(val_tokens, T, n_windows)  # (n, T+1)
         for bca in (False, True):
-            if bca and cfg.encoding == "sinusoidal":
-                continue  # BCA needs a relative encoding (model.Transformer refuses it)
+            if bca and not bca_ok:
+                continue
             m = measure_windows(model, windows, bca=bca, batch_size=batch_size)
             profiles.append(Profile(run, meta, T, bca, m["s_hat"].float().cpu(), m["nll"].cpu()))
     return profiles

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -105,8 +106,29 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
         raise ValueError(f"checkpoint file {path} is corrupt or truncated ({err})") from err
 
 
-def _model_config(meta: dict, path: Path) -> ModelConfig:
+def build_model(cfg) -> torch.nn.Module:
+    """The model of a config: our :class:`Transformer` for a :class:`ModelConfig`, a `transformers`
+    architecture (:class:`attnres_helpers.hf.HFCausalLM`) for an ``hf.HFConfig``."""
+    if isinstance(cfg, ModelConfig):
+        return Transformer(cfg)
+    from .hf import HFCausalLM, HFConfig  # transformers is imported only when one is asked for
+
+    if isinstance(cfg, HFConfig):
+        return HFCausalLM(cfg)
+    raise ValueError(f"cfg must be a ModelConfig or an hf.HFConfig, got {type(cfg).__name__}")
+
+
+def _is_config(cfg) -> bool:
+    hf = sys.modules.get("attnres_helpers.hf")  # an HFConfig exists only once hf was imported
+    return isinstance(cfg, ModelConfig) or (hf is not None and isinstance(cfg, hf.HFConfig))
+
+
+def _model_config(meta: dict, path: Path):
     try:
+        if isinstance(meta["model"], dict) and "architecture" in meta["model"]:
+            from .hf import HFConfig
+
+            return HFConfig.from_dict(meta["model"])
         return ModelConfig.from_dict(meta["model"])
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"checkpoint file {path} has a bad model config: {err}") from err
@@ -128,7 +150,7 @@ def _load_weights(model: Transformer, tensors: dict[str, torch.Tensor], path: Pa
     model.load_state_dict({name: t.float() for name, t in tensors.items()})
 
 
-def load_checkpoint(path: str | Path) -> Transformer:
+def load_checkpoint(path: str | Path) -> torch.nn.Module:
     """The shipped model in `path` (a run directory, or its model.safetensors), fp32 on CPU, eval mode.
 
     Reads config.json and model.safetensors with json and safetensors only (never unpickles). A missing,
@@ -138,8 +160,11 @@ def load_checkpoint(path: str | Path) -> Transformer:
     run_dir = path.parent if path.is_file() else path
     config_path, weights_path = run_dir / CONFIG_JSON, run_dir / MODEL_FILE
     cfg = _model_config(_read_json(config_path), config_path)
-    _check_header(weights_path, cfg, config_path)
-    model = Transformer(cfg)
+    if isinstance(cfg, ModelConfig):
+        _check_header(weights_path, cfg, config_path)
+    elif not weights_path.is_file():  # (an HFConfig is bounded by its own validation)
+        raise FileNotFoundError(f"checkpoint file {weights_path} is missing")
+    model = build_model(cfg)
     _load_weights(model, _read_tensors(weights_path), weights_path)
     return model.eval()
 
@@ -165,7 +190,8 @@ def _check_header(weights_path: Path, cfg: ModelConfig, config_path: Path) -> No
 
 def _save_state(out_dir: Path, step: int, model, optimizer, meta: dict) -> None:
     """Resume checkpoint: tensors first, then state.json naming them, then delete older tensor files."""
-    tensors = {f"model.{k}": v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    # clone: tied matrices (an HF model's embedding and head) must not share memory in safetensors
+    tensors = {f"model.{k}": v.detach().float().cpu().clone() for k, v in model.state_dict().items()}
     for index, slots in optimizer.state_dict()["state"].items():
         tensors.update({f"optim.{index}.{k}": v.detach().cpu().contiguous() for k, v in slots.items()})
     tensors["rng.torch_cpu"] = torch.get_rng_state()
@@ -247,7 +273,7 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
         return load_checkpoint(out_dir), finished
 
     torch.manual_seed(seed)  # weight init
-    model = Transformer(cfg).to(device)
+    model = build_model(cfg).to(device)
     optimizer = make_optimizer(model, lr, weight_decay)
     train_tokens, val_tokens = load_splits()
     start, losses, wall_s = 0, [], 0.0
@@ -294,8 +320,8 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
 
 
 def _check_settings(cfg: ModelConfig, settings: dict, checkpoint_every: int, device: str) -> None:
-    if not isinstance(cfg, ModelConfig):
-        raise ValueError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
+    if not _is_config(cfg):
+        raise ValueError(f"cfg must be a ModelConfig or an hf.HFConfig, got {type(cfg).__name__}")
     integers = {**{name: settings[name] for name in ("steps", "batch_tokens", "warmup", "seed")},
                 "checkpoint_every": checkpoint_every}
     for name, value in integers.items():

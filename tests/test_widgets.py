@@ -7,23 +7,40 @@ import numpy as np
 import pytest
 import ipywidgets as widgets
 
-from attnres_helpers.encodings import DESIGN_CURVES, resolution_pair
+from attnres_helpers import experiments
+from attnres_helpers.encodings import DESIGN_CURVES, resolution_pair, score_curve
+from attnres_helpers.metric import BOUNDARIES, HEAD_MODES, resolution
+from attnres_helpers.store import load_profiles, records as store_records
 from attnres_helpers.widgets import (
+    FIGURE_DPI,
+    CompareFigure,
     SingleFigure,
+    TrainedFigure,
+    coinciding,
     compare_readout_html,
     compare_states,
+    default_picture,
+    distance_ticks,
     explorer,
+    explorer_notes,
     explorer_state,
     find_by_class,
     format_ratio,
     format_sig,
+    help_html,
     min_max_decimate,
     readout_html,
+    save_default_image,
+    slider_bounds,
+    trained_catalogue,
+    trained_explorer,
+    trained_readout_html,
+    trained_state,
 )
 
 NUMBER = r"(-?\d+(?:\.\d+)?(?:e[-+]\d+)?|undefined)"
 PAIR = re.compile(rf"R\(L\) = {NUMBER} .*R\(2L\) = {NUMBER} .*R\(2L\)/R\(L\) = {NUMBER}")
-JPEG = b"\xff\xd8"
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def pair_in(text: str) -> tuple[float, float, float]:
@@ -122,7 +139,7 @@ def test_min_max_decimate_keeps_every_runs_extremes():
 def test_single_figure_draws_each_state():
     figure = SingleFigure()
     first, second = figure.render(explorer_state("rope", 256)), figure.render(explorer_state("alibi", 256))
-    assert first.startswith(JPEG) and second.startswith(JPEG) and first != second
+    assert first.startswith(PNG) and second.startswith(PNG) and first != second
 
 
 # --------------------------------------------------------------------------- the widget
@@ -138,7 +155,7 @@ def test_layout_and_contract_classes(ui):
     for key, param in DESIGN_CURVES["rope"].params.items():
         slider = part(ui, f"attnres-slider-{key}")
         assert slider.value == pytest.approx(param.default) and not slider.continuous_update
-    assert bytes(part(ui, "attnres-plot").value).startswith(JPEG)
+    assert bytes(part(ui, "attnres-plot").value).startswith(PNG)
 
 
 def test_one_step_of_the_length_slider_changes_the_readout():
@@ -162,7 +179,7 @@ def test_the_scale_slider_changes_the_readout():
 
 def test_switching_encoding_rebuilds_sliders_from_the_registry():
     ui = explorer()
-    dropdown = next(w for w in ui.children[0].children[1].children if isinstance(w, widgets.Dropdown))
+    dropdown = part(ui, "attnres-encoding")
     dropdown.value = "t5"
     for key, param in DESIGN_CURVES["t5"].params.items():
         assert part(ui, f"attnres-slider-{key}").value == param.default
@@ -186,13 +203,13 @@ def test_callback_errors_are_shown_in_the_widget():
 
 def test_compare_mode_overlays_several_encodings():
     ui = explorer()
-    mode = next(w for w in ui.children[0].children if isinstance(w, widgets.ToggleButtons))
+    mode = part(ui, "attnres-mode")
     mode.value = "compare"
     readout = part(ui, "attnres-readout").value
     for name in ("rope", "alibi", "t5"):
         assert f"<b>{name}</b>" in readout
-    assert bytes(part(ui, "attnres-plot").value).startswith(JPEG)
-    chooser = next(w for w in ui.children[0].children if isinstance(w, widgets.SelectMultiple))
+    assert bytes(part(ui, "attnres-plot").value).startswith(PNG)
+    chooser = part(ui, "attnres-compare-choice")
     chooser.value = ()
     assert "at least one encoding" in part(ui, "attnres-error").value
 
@@ -215,8 +232,7 @@ def test_single_figure_title_names_the_encoding():
 def test_reset_restores_the_defaults():
     ui = explorer("rope", 512)
     readout = part(ui, "attnres-readout")
-    head_mode, boundary = part(ui, "attnres-head-mode"), next(
-        w for w in ui.children[0].children[4].children if getattr(w, "description", None) == "boundary")
+    head_mode, boundary = part(ui, "attnres-head-mode"), part(ui, "attnres-boundary")
     part(ui, "attnres-slider-scale").value = 16.0
     part(ui, "attnres-slider-rho").value = 0.5
     part(ui, "attnres-slider-L").value = 1024
@@ -236,7 +252,7 @@ def test_reset_restores_the_defaults():
 
 def test_reset_after_switching_encoding_and_back():
     ui = explorer()
-    dropdown = next(w for w in ui.children[0].children[1].children if isinstance(w, widgets.Dropdown))
+    dropdown = part(ui, "attnres-encoding")
     part(ui, "attnres-slider-scale").value = 2.0
     dropdown.value = "alibi"
     part(ui, "attnres-slider-heads").value = 4
@@ -252,7 +268,7 @@ def test_head_convention_is_disabled_with_a_reason_for_single_head_curves():
     head_mode, note = part(ui, "attnres-head-mode"), part(ui, "attnres-head-note")
     assert head_mode.description == "head convention"
     assert head_mode.disabled and "only ALiBi" in note.value  # rope: one curve
-    dropdown = next(w for w in ui.children[0].children[1].children if isinstance(w, widgets.Dropdown))
+    dropdown = part(ui, "attnres-encoding")
     dropdown.value = "alibi"
     assert not head_mode.disabled and note.value == ""
     assert part(ui, "attnres-slider-heads").description == "number of heads"
@@ -260,6 +276,245 @@ def test_head_convention_is_disabled_with_a_reason_for_single_head_curves():
     assert head_mode.disabled
     dropdown.value = "nope"
     assert head_mode.disabled
-    mode = next(w for w in ui.children[0].children if isinstance(w, widgets.ToggleButtons))
+    mode = part(ui, "attnres-mode")
     mode.value = "compare"  # the default selection includes alibi
     assert not head_mode.disabled
+
+
+# --------------------------------------------------------------------------- what cannot act, or vanish
+
+
+@pytest.mark.parametrize("name", list(DESIGN_CURVES))
+def test_no_slider_end_flattens_a_curve(name):
+    """At either end of every slider (the others at their defaults) the curve keeps a position signal:
+    only NoPE, flat by construction, is flat."""
+    for key in DESIGN_CURVES[name].params:
+        for value in slider_bounds(name, key):
+            value = int(value) if DESIGN_CURVES[name].params[key].kind == "int" else value
+            try:
+                state = explorer_state(name, 64, {key: value})
+            except ValueError as err:  # an invalid combination (T5's max_distance <= num_buckets // 2): shown as an error
+                assert "max_distance must exceed" in str(err)
+                continue
+            assert state["flat"] == (name == "nope"), (name, key, value)
+    assert slider_bounds("rope", "scale")[0] == DESIGN_CURVES["rope"].params["scale"].step > 0
+
+
+def test_a_flat_curve_raises_a_visible_warning():
+    state = explorer_state("rope", 64, {"rho": 0.0})  # reachable mid-slider: rho = 0 removes the signal
+    assert state["flat"] and state["R_L"] == pytest.approx(1 / 64**2)  # flat: R = 1/N^2 under "zero"
+    notes, warnings = explorer_notes(state)
+    assert len(warnings) == 1 and "flat" in warnings[0] and "rho = 0" in warnings[0]
+    ui = explorer("rope", 64)
+    warning = part(ui, "attnres-warning")
+    assert warning.layout.display == "none"
+    part(ui, "attnres-slider-rho").value = 0.0
+    assert warning.layout.display is None and "the curve is flat" in warning.value
+    part(ui, "attnres-slider-rho").value = 0.5
+    assert warning.layout.display == "none"
+
+
+def test_controls_that_cannot_act_are_disabled_with_a_reason_and_twins_are_named():
+    ui = explorer()
+    note = part(ui, "attnres-note")
+    assert "same design-time curve" in note.value  # rope: the sinusoidal twin is named at the widget
+    part(ui, "attnres-encoding").value = "nope"
+    scale = part(ui, "attnres-slider-scale")
+    assert scale.disabled and "NoPE's scale is disabled" in note.value
+    assert part(ui, "attnres-warning").layout.display is None  # NoPE is flat by construction, and says so
+    part(ui, "attnres-encoding").value = "sinusoidal"
+    assert not part(ui, "attnres-slider-scale").disabled and "same design-time curve" in note.value
+    part(ui, "attnres-encoding").value = "alibi"
+    assert note.value == "" and part(ui, "attnres-warning").layout.display == "none"
+
+
+def test_x_ticks_are_distances():
+    assert distance_ticks(1024) == ([0, 0.5, 1, 1.5, 2], ["0", "512", "1024 (L)", "1536", "2048 (2L)"])
+    positions, labels = distance_ticks(1001, marked=False)
+    assert labels == ["0", "500", "1001", "1501", "2002"] and positions[1] == pytest.approx(500 / 1001)
+    figure = SingleFigure()
+    figure.render(explorer_state("rope", 640))
+    assert [t.get_text() for t in figure.distances[0].texts] == ["0", "320", "640 (L)", "960", "1280 (2L)"]
+
+
+def test_the_length_box_and_slider_are_linked():
+    ui = explorer("rope", 512)
+    slider, box, readout = part(ui, "attnres-slider-L"), part(ui, "attnres-L-box"), part(ui, "attnres-readout")
+    assert isinstance(box, widgets.BoundedIntText) and (box.min, box.max) == (slider.min, slider.max)
+    box.value = 1000  # not a multiple of the slider's step: the box takes any integer
+    assert slider.value == 1000 and readout.value == readout_html(explorer_state("rope", 1000))
+    slider.value = 256
+    assert box.value == 256 and readout.value == readout_html(explorer_state("rope", 256))
+
+
+def test_the_plot_is_a_png_shown_at_its_pixel_size():
+    from PIL import Image
+    import io
+
+    ui = explorer()
+    plot = part(ui, "attnres-plot")
+    image = Image.open(io.BytesIO(bytes(plot.value)))
+    assert plot.format == "png" and image.size == (9 * FIGURE_DPI, round(3.3 * FIGURE_DPI))
+    assert plot.layout.width == f"{image.size[0]}px"
+    part(ui, "attnres-mode").value = "compare"
+    image = Image.open(io.BytesIO(bytes(plot.value)))
+    assert plot.layout.width == f"{image.size[0]}px"
+
+
+def test_compare_mode_names_coinciding_curves_and_draws_them_apart():
+    states = compare_states(["sinusoidal", "rope", "alibi"], 256)
+    assert coinciding(states) == [("sinusoidal", "rope")]  # identical by design (notebook 02, section 4)
+    assert "rope coincides with sinusoidal (identical by design)" in compare_readout_html(states)
+    assert coinciding(compare_states(["rope", "xpos", "alibi"], 256)) == []
+    figure = CompareFigure()
+    figure.render(states)
+    sin, rope = figure.lines_s["sinusoidal"], figure.lines_s["rope"]
+    assert (sin.get_linestyle(), sin.get_linewidth()) != (rope.get_linestyle(), rope.get_linewidth())
+    styles = {(line.get_linestyle(), line.get_marker(), line.get_color()) for line in figure.lines_s.values()}
+    assert len(styles) == len(DESIGN_CURVES)  # every encoding has its own look
+    assert [t.get_text() for t in figure.ax_s.get_yticklabels()] == ["0", "−1", "−10", "−100", "−1000"]
+    assert [t.get_text() for t in figure.legend.get_texts()] == ["sinusoidal", "rope", "alibi"]
+    with pytest.raises(ValueError, match="compared once"):
+        figure.render(states + states[:1])
+
+
+def test_compare_scores_fit_the_fixed_symlog_range_at_every_length():
+    for L in (16, 2048):  # the slider's ends
+        for state in compare_states(list(DESIGN_CURVES), L):
+            drop = state["profile"] - state["profile"][0]
+            assert CompareFigure.SCORE_RANGE[0] < drop.min() and drop.max() <= CompareFigure.SCORE_RANGE[1]
+
+
+def test_help_text_computes_its_numbers_and_links_notebook_01():
+    text = help_html(1024)
+    assert f"p ≈ {math.sqrt(0.9):.2f}" in text and f"p ≈ {math.sqrt(0.1):.2f}" in text
+    assert f"ln 1024 ≈ {math.log(1024):.1f}" in text and "2 × scale = 16 nats" in text
+    assert "href='01_deriving_resolution.ipynb'" in text
+    # the closed form behind "p ≈ √R": a peak of share p, the rest flat, gives R = p² − p·q + q²
+    N, p = 1024, math.sqrt(0.1)
+    q = (1 - p) / (N - 1)
+    weights = np.r_[p, np.full(N - 1, q)]
+    assert float(resolution(np.log(weights))) == pytest.approx(p * p - p * q + q * q, rel=1e-12)
+    assert part(explorer(), "attnres-help").value == text
+
+
+# --------------------------------------------------------------------------- the trained-model explorer
+
+
+@pytest.fixture(scope="module")
+def catalogue():
+    return trained_catalogue(experiments.STORE)
+
+
+@pytest.fixture(scope="module")
+def shipped_records():
+    profiles, _ = load_profiles(experiments.STORE)
+    return {b: store_records(profiles, boundary=b) for b in BOUNDARIES}
+
+
+def test_trained_readout_equals_the_stored_records(catalogue, shipped_records):
+    """For every run, eval length, mask, layer (and the layer mean), head convention and boundary,
+    the explorer's R is the record's R."""
+    checked = 0
+    for boundary, recs in shipped_records.items():
+        for rec in recs:
+            if rec["layer"] == "upper":
+                continue
+            k = rec["eval_len"] // rec["train_len"]
+            state = trained_state(catalogue, rec["encoding"], rec["seed"], rec["layer"], "mean", k, rec["bca"])
+            assert state["run"] == rec["run"]
+            assert state["R"][rec["head_mode"], boundary] == pytest.approx(rec["resolution"], rel=1e-12, abs=1e-15)
+            checked += 1
+    assert checked == sum(1 for recs in shipped_records.values() for r in recs if r["layer"] != "upper") > 1000
+
+
+def test_trained_readout_text_shows_every_convention(catalogue, shipped_records):
+    state = trained_state(catalogue, "rope", 0, 2, "mean", 2, False)
+    text = trained_readout_html(state)
+    for boundary in BOUNDARIES:
+        for head_mode in HEAD_MODES:
+            rec = next(r for r in shipped_records[boundary] if (r["run"], r["eval_len"], r["bca"], r["layer"], r["head_mode"])
+                       == ("rope-s0", 2 * state["train_len"], False, 2, head_mode))
+            assert f">{format_sig(rec['resolution'])}<" in text
+        assert f"boundary {boundary}" in text
+    assert f"positions &lt; L {format_sig(rec['perplexity_first_L'])}" in text
+    assert f"positions ≥ L {format_sig(rec['perplexity_past_L'])}" in text
+
+
+def test_one_head_gives_its_own_R_under_both_conventions(catalogue):
+    state = trained_state(catalogue, "alibi", 1, 3, 2, 4, False)
+    s = catalogue["index"]["alibi", 1, 4 * catalogue["train_len"], False].s_hat.double()[3, 2]  # (T,)
+    for boundary in BOUNDARIES:
+        expected = float(resolution(s, boundary))
+        assert state["R"]["mean-scores", boundary] == state["R"]["mean-R", boundary] == pytest.approx(expected, rel=1e-12)
+    assert "one head" in trained_readout_html(state)
+
+
+def test_trained_weights_and_perplexity(catalogue):
+    L = catalogue["train_len"]
+    state = trained_state(catalogue, "xpos", 0, "mean", "mean", 4, True)
+    assert state["weights"].shape == (catalogue["layers"], 4 * L)
+    assert np.allclose(state["weights"].sum(-1), 1.0)
+    assert np.all(state["weights"][:, L:] == 0) and np.all(np.isneginf(state["scores"][:, L:]))  # BCA: n >= L masked
+    nll = catalogue["index"]["xpos", 0, 4 * L, True].nll.numpy()
+    assert np.allclose(np.log(state["ppl"]), nll)
+    assert state["perplexity_first_L"] == pytest.approx(math.exp(nll[:L].mean()))
+    at_L = trained_state(catalogue, "xpos", 0, eval_multiple=1)
+    assert at_L["perplexity_past_L"] is None and "no positions ≥ L" in trained_readout_html(at_L)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [(dict(encoding="sinusoidal", seed=0, bca=True), "no BCA profiles"),
+     (dict(encoding="rotary", seed=0), "encoding must be one of"),
+     (dict(encoding="rope", seed=7), r"seed \(for rope\) must be one of \[0, 1, 2\]"),
+     (dict(encoding="rope", seed=0, layer=4), "layer must be one of"),
+     (dict(encoding="rope", seed=0, head=True), "head must be one of"),
+     (dict(encoding="rope", seed=0, eval_multiple=3), "eval_multiple"),
+     (dict(encoding="rope", seed=0, bca=1), "bca must be True or False")],
+)
+def test_trained_state_rejects_bad_choices(catalogue, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        trained_state(catalogue, **kwargs)
+
+
+def test_trained_explorer_widget(catalogue):
+    ui = trained_explorer(experiments.STORE)
+    readout, error = part(ui, "attnres-trained-readout"), part(ui, "attnres-error")
+    assert readout.value == trained_readout_html(trained_state(catalogue, "rope", 0, "mean", "mean", 2, False))
+    part(ui, "attnres-t-layer").value = 1
+    assert readout.value == trained_readout_html(trained_state(catalogue, "rope", 0, 1, "mean", 2, False))
+    part(ui, "attnres-t-bca").value = True
+    assert readout.value == trained_readout_html(trained_state(catalogue, "rope", 0, 1, "mean", 2, True))
+    bca, note = part(ui, "attnres-t-bca"), part(ui, "attnres-t-bca-note")
+    part(ui, "attnres-t-encoding").value = "sinusoidal"  # no BCA profiles: unticked, disabled, and why
+    assert bca.disabled and not bca.value and "BCA is disabled for sinusoidal" in note.value
+    assert readout.value == trained_readout_html(trained_state(catalogue, "sinusoidal", 0, 1, "mean", 2, False))
+    part(ui, "attnres-t-encoding").value = "alibi"
+    assert not bca.disabled and note.value == ""
+    part(ui, "attnres-t-head").value = 3
+    part(ui, "attnres-t-eval").value = 4
+    assert readout.value == trained_readout_html(trained_state(catalogue, "alibi", 0, 1, 3, 4, False))
+    assert error.layout.display == "none"
+    assert bytes(part(ui, "attnres-trained-plot").value).startswith(PNG)
+
+
+def test_trained_figure_marks_L(catalogue):
+    figure = TrainedFigure()
+    figure.render(trained_state(catalogue, "rope", 0, eval_multiple=4))
+    L = catalogue["train_len"]
+    for ax in figure.axes:
+        assert f"{L} (L)" in [t.get_text() for t in ax.get_xticklabels()]
+        assert any(line.get_xdata()[0] == L for line in ax.get_lines() if len(line.get_xdata()) == 2)
+
+
+# --------------------------------------------------------------------------- static pictures
+
+
+@pytest.mark.parametrize("which", ["explorer", "trained"])
+def test_default_pictures_are_small_pngs(tmp_path, which):
+    path = save_default_image(tmp_path / f"{which}.png", which)
+    data = path.read_bytes()
+    assert data.startswith(PNG) and len(data) < 150_000
+    with pytest.raises(ValueError, match="which must be 'explorer' or 'trained'"):
+        default_picture("gallery")

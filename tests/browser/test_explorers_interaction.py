@@ -1,0 +1,174 @@
+"""Both explorers in a real browser, driven as a student would: every encoding, reset, compare mode,
+and one control of the trained-model explorer, with the readout checked after each step.
+
+A small notebook written into the server's temporary folder holds the two widgets (design-time
+explorer of notebook 02, trained-model explorer of notebook 04), so the test runs no notebook
+prose and stays short. Each expected readout is computed here by the package's own pure functions.
+The time from a key press (or click) to the readout showing the expected text is measured in the
+page (polled every animation frame) and printed, median and max, for single and compare mode
+(run with `pytest -s` to see them). Screenshots go to test-artifacts/.
+"""
+
+import html
+import json
+import re
+import statistics
+import time
+
+import pytest
+
+from attnres_helpers.encodings import DESIGN_CURVES
+from attnres_helpers.widgets import (
+    COMPARE_DEFAULT, L_RANGE, compare_readout_html, compare_states, explorer_state, readout_html, trained_catalogue,
+    trained_readout_html, trained_state,
+)
+
+from .conftest import ARTIFACTS_DIR
+from .test_explorer_browser import Deadline, artifacts_on_failure, open_notebook, run_all_cells, wait_until_kernel_done
+
+pytestmark = pytest.mark.browser
+playwright_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements.txt)")
+
+TEST_TIME_LIMIT_S = 150  # page load to the last screenshot; ~40-70 s on a loaded 2-core machine
+L_START = 1024
+STEPS_PER_MODE = 5  # ArrowRight presses timed in each mode
+CELLS = [
+    "from attnres_helpers.widgets import explorer\nexplorer('rope', %d)" % L_START,
+    "from attnres_helpers.widgets import trained_explorer\ntrained_explorer()",
+]
+
+
+def norm(text):
+    """Whitespace collapsed, as the page's check does it (JS \\s, like Python's split, includes &nbsp;)."""
+    return " ".join(text.split())
+
+
+def shown(markup):
+    """The text a browser shows for a readout's HTML, whitespace collapsed: line breaks and table
+    cells become spaces, tags go, entities are unescaped."""
+    text = re.sub(r"<br\s*/?>|</t[dhr]>|<table[^>]*>", " ", markup)
+    return norm(html.unescape(re.sub(r"<[^>]+>", "", text)))
+
+
+def write_notebook(path):
+    cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": src} for src in CELLS]
+    notebook = {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                                            "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(notebook))
+
+
+def wait_for_text(page, element, expected, deadline, cap_s=30):
+    """Wait, polling every animation frame, until element shows expected (whitespace collapsed)."""
+    try:
+        page.wait_for_function(
+            "([el, want]) => el.innerText.replace(/\\s+/g, ' ').trim() === want",
+            arg=[element, expected], polling="raf", timeout=deadline.ms(cap_s))
+    except playwright_api.TimeoutError:
+        raise AssertionError(f"readout never showed {expected!r}; last text {norm(element.inner_text())!r}") from None
+
+
+def timed(page, element, expected, action, deadline):
+    """Seconds from action() to the readout showing expected."""
+    start = time.perf_counter()
+    action()
+    wait_for_text(page, element, expected, deadline)
+    return time.perf_counter() - start
+
+
+def design_text(name, L, **params):
+    return shown(readout_html(explorer_state(name, L, params)))
+
+
+def test_explorers_as_students_use_them(page, lab, lab_root):
+    notebook = lab_root / "explorers.ipynb"
+    write_notebook(notebook)
+    deadline = Deadline(TEST_TIME_LIMIT_S)
+    page.set_default_timeout(30_000)
+    ARTIFACTS_DIR.mkdir(exist_ok=True)
+    latencies = {"single": [], "compare": []}
+    started = time.perf_counter()
+
+    with artifacts_on_failure(page, lab, "explorers"):
+        open_notebook(page, lab.url(notebook.name), len(CELLS), deadline)
+        run_all_cells(page, deadline)
+        root = page.locator(".attnres-explorer").first
+        readout = root.locator(".attnres-readout").first
+        trained_readout = page.locator(".attnres-trained-readout").first
+        readout.wait_for(state="visible", timeout=deadline.ms(120))
+        trained_readout.wait_for(state="visible", timeout=deadline.ms(120))
+        wait_until_kernel_done(page, deadline)
+        element = readout.element_handle(timeout=deadline.ms(10))
+        wait_for_text(page, element, design_text("rope", L_START), deadline)
+
+        # single mode: one step of the L slider at a time, each timed to the exact new readout
+        handle = root.locator(".attnres-slider-L .noUi-handle").first
+        L = L_START
+        for _ in range(STEPS_PER_MODE):
+            handle.focus(timeout=deadline.ms(10))
+            L += L_RANGE[2]
+            latencies["single"].append(timed(page, element, design_text("rope", L), lambda: page.keyboard.press("ArrowRight"), deadline))
+
+        # every encoding, at the current L: the readout, and the notes that say what cannot act
+        select = root.locator(".attnres-encoding select").first
+        note = root.locator(".attnres-note").first
+        texts = {}
+        for name in DESIGN_CURVES:
+            select.select_option(name, timeout=deadline.ms(10))
+            texts[name] = design_text(name, L)
+            wait_for_text(page, element, texts[name], deadline)
+            if name == "nope":
+                assert "NoPE's scale is disabled" in note.inner_text()
+                assert "flat" in root.locator(".attnres-warning").first.inner_text()
+                root.screenshot(path=str(ARTIFACTS_DIR / "explorer-nope.png"), timeout=deadline.ms(20))
+            if name in ("sinusoidal", "rope"):
+                assert "same design-time curve" in note.inner_text()
+        nope_at_L_start = design_text("nope", L_START)
+
+        # reset: move L and the scale away, then the button brings RoPE back to its defaults
+        select.select_option("rope", timeout=deadline.ms(10))
+        wait_for_text(page, element, design_text("rope", L), deadline)
+        scale_handle = root.locator(".attnres-slider-scale .noUi-handle").first
+        scale_handle.focus(timeout=deadline.ms(10))
+        page.keyboard.press("ArrowRight")
+        wait_for_text(page, element, design_text("rope", L, scale=8.25), deadline)
+        root.locator(".attnres-reset").first.click(timeout=deadline.ms(10))
+        after_reset = design_text("rope", L_START)
+        wait_for_text(page, element, after_reset, deadline)
+        root.screenshot(path=str(ARTIFACTS_DIR / "explorer-reset.png"), timeout=deadline.ms(20))
+
+        # compare mode: the six default encodings, then L steps timed like single mode
+        root.locator(".attnres-mode button", has_text=re.compile(r"^compare$")).click(timeout=deadline.ms(10))
+        L = L_START
+        compare_text = lambda L: shown(compare_readout_html(compare_states(list(COMPARE_DEFAULT), L)))  # noqa: E731
+        wait_for_text(page, element, compare_text(L), deadline)
+        assert "rope coincides with sinusoidal" in norm(readout.inner_text())
+        for _ in range(STEPS_PER_MODE):
+            handle.focus(timeout=deadline.ms(10))
+            L += L_RANGE[2]
+            latencies["compare"].append(timed(page, element, compare_text(L), lambda: page.keyboard.press("ArrowRight"), deadline))
+        wait_until_kernel_done(page, deadline)
+        root.screenshot(path=str(ARTIFACTS_DIR / "explorer-compare.png"), timeout=deadline.ms(20))
+
+        # the trained-model explorer: its default readout, then one control (the layer)
+        catalogue = trained_catalogue()
+        trained = trained_readout.element_handle(timeout=deadline.ms(10))
+        wait_for_text(page, trained, shown(trained_readout_html(trained_state(catalogue, "rope", 0, "mean", "mean", 2, False))), deadline)
+        page.locator(".attnres-t-layer select").first.select_option(label="1", timeout=deadline.ms(10))
+        layer_1 = trained_state(catalogue, "rope", 0, 1, "mean", 2, False)
+        wait_for_text(page, trained, shown(trained_readout_html(layer_1)), deadline)
+        page.locator(".attnres-t-bca input[type=checkbox]").first.check(timeout=deadline.ms(10))
+        wait_for_text(page, trained, shown(trained_readout_html(trained_state(catalogue, "rope", 0, 1, "mean", 2, True))), deadline)
+        wait_until_kernel_done(page, deadline)
+        page.locator(".attnres-trained-explorer").first.screenshot(path=str(ARTIFACTS_DIR / "trained-explorer.png"),
+                                                                 timeout=deadline.ms(20))
+
+    print(f"\nNoPE at its defaults (L = {L_START}): {nope_at_L_start}")
+    print(f"RoPE after a reset: {after_reset}")
+    print(f"trained explorer, rope seed 0 layer 1 at 2L: {shown(trained_readout_html(layer_1))}")
+    for mode, times in latencies.items():
+        print(f"browser latency, {mode} mode, L step to readout ({len(times)} steps): "
+              f"median {1e3 * statistics.median(times):.0f} ms, max {1e3 * max(times):.0f} ms")
+    print(f"test body: {time.perf_counter() - started:.1f} s")
+    same_numbers = texts["sinusoidal"].split(" ", 1)[1] == texts["rope"].split(" ", 1)[1]
+    assert same_numbers, "sinusoidal and RoPE share one design-time curve, so one pair"

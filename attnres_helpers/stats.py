@@ -457,24 +457,8 @@ def _weighted_rank_correlation(x: np.ndarray, y: np.ndarray, counts: np.ndarray)
     return rho
 
 
-def spearman_cluster_bootstrap(x, y, clusters, n_resamples: int = 10000, confidence_level: float = 0.95,
-                               rng=0) -> tuple[float, float, float]:
-    """Spearman's ρ of x and y (:func:`spearman`) and a cluster-bootstrap percentile interval:
-    ``(rho, low, high)``.
-
-    Procedure: let the k distinct cluster labels be sorted (``np.unique``). Each of the
-    ``n_resamples`` resamples draws k labels with replacement
-    (``rng.integers(0, k, size=(n_resamples, k))``, all drawn at once) and takes every point of
-    each drawn cluster, duplicates kept (a cluster drawn twice contributes its points twice);
-    ρ_b is Spearman's ρ of that resample, ties at average ranks. Resamples where ρ_b is undefined
-    (x or y constant in the resample) are dropped, and a ValueError is raised if more than half
-    are. [low, high] are the 100·(1 − c)/2 and 100·(1 + c)/2 percentiles of the kept ρ_b,
-    c = ``confidence_level``. With every point its own cluster this is the ordinary (point) bootstrap.
-    ``rng``: an integer seed, None or a numpy Generator.
-    """
-    generator = _check_resampling(n_resamples, rng, confidence_level)
-    rho = spearman(x, y)  # validates x, y: 1-D, same length, >= 3 points, finite, not constant
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+def _cluster_index(x, clusters) -> tuple[np.ndarray, int]:
+    """Each point's cluster number (0..k−1, in np.unique's order) and k; clear errors for bad labels."""
     labels = np.asarray(clusters)
     if labels.ndim != 1 or len(labels) != len(x):
         raise ValueError(f"clusters must give one label per point: {len(x)} points but clusters has shape "
@@ -487,21 +471,63 @@ def spearman_cluster_bootstrap(x, y, clusters, n_resamples: int = 10000, confide
     k = int(index.max()) + 1
     if k < 2:
         raise ValueError("clusters holds a single cluster; a cluster bootstrap needs at least 2")
+    return index, k
+
+
+def cluster_bootstrap_spearmans(xs, y, clusters, n_resamples: int = 10000, rng=0) -> np.ndarray:
+    """Spearman's ρ of each predictor in ``xs`` with y on the *same* cluster-bootstrap resamples:
+    ``(n_resamples, len(xs))``, NaN where a resample leaves x or y constant.
+
+    Each resample draws the k distinct cluster labels (sorted, ``np.unique``) k times with
+    replacement (``rng.integers(0, k, size=(n_resamples, k))``, all drawn at once) and takes every
+    point of each drawn cluster, duplicates kept. Sharing the draws lets a difference of two ρ's be
+    resampled as one statistic.
+    """
+    generator = _check_resampling(n_resamples, rng)
+    y = np.asarray(y, dtype=np.float64)
+    xs = [np.asarray(x, dtype=np.float64) for x in xs]
+    for x in xs:
+        spearman(x, y)  # validates: 1-D, same length, >= 3 points, finite, not constant
+    index, k = _cluster_index(y, clusters)
     drawn = generator.integers(0, k, size=(n_resamples, k))  # (B, k) cluster draws
-    rhos = np.empty(n_resamples)
-    chunk = max(1, 2_000_000 // (len(x) + k))
+    rhos = np.empty((n_resamples, len(xs)))
+    chunk = max(1, 2_000_000 // (len(y) + k))
     for start in range(0, n_resamples, chunk):
         block = drawn[start:start + chunk]  # (b, k)
         per_cluster = np.zeros((len(block), k), dtype=np.int64)
         np.add.at(per_cluster, (np.arange(len(block))[:, None], block), 1)  # times each cluster drawn
-        rhos[start:start + chunk] = _weighted_rank_correlation(x, y, per_cluster[:, index])  # (b, n) counts
-    kept = rhos[~np.isnan(rhos)]
-    dropped = n_resamples - len(kept)
-    if dropped > n_resamples / 2:
-        raise ValueError(f"in {dropped} of {n_resamples} cluster-bootstrap resamples x or y is constant, so "
-                         f"Spearman's ρ is undefined in more than half of them; too few clusters vary")
+        for j, x in enumerate(xs):
+            rhos[start:start + chunk, j] = _weighted_rank_correlation(x, y, per_cluster[:, index])  # (b, n) counts
+    return rhos
+
+
+def percentile_interval(replicates, confidence_level: float = 0.95, what: str = "Spearman's ρ") -> tuple[float, float]:
+    """The 100·(1 − c)/2 and 100·(1 + c)/2 percentiles of the defined (non-NaN) replicates; a
+    ValueError if more than half are undefined."""
+    replicates = np.asarray(replicates, dtype=np.float64)
+    kept = replicates[~np.isnan(replicates)]
+    if len(kept) < len(replicates) / 2:
+        raise ValueError(f"in {len(replicates) - len(kept)} of {len(replicates)} cluster-bootstrap resamples x or y "
+                         f"is constant, so {what} is undefined in more than half of them; too few clusters vary")
     low, high = np.percentile(kept, [50 * (1 - confidence_level), 50 * (1 + confidence_level)])
-    return rho, float(low), float(high)
+    return float(low), float(high)
+
+
+def spearman_cluster_bootstrap(x, y, clusters, n_resamples: int = 10000, confidence_level: float = 0.95,
+                               rng=0) -> tuple[float, float, float]:
+    """Spearman's ρ of x and y (:func:`spearman`) and a cluster-bootstrap percentile interval:
+    ``(rho, low, high)``.
+
+    Resamples as :func:`cluster_bootstrap_spearmans` (ties at average ranks); resamples where ρ_b is
+    undefined (x or y constant) are dropped, and a ValueError is raised if more than half are.
+    [low, high] are the 100·(1 − c)/2 and 100·(1 + c)/2 percentiles of the kept ρ_b,
+    c = ``confidence_level``. With every point its own cluster this is the ordinary (point) bootstrap.
+    ``rng``: an integer seed, None or a numpy Generator.
+    """
+    _check_resampling(n_resamples, rng, confidence_level)
+    rho = spearman(x, y)
+    rhos = cluster_bootstrap_spearmans([x], y, clusters, n_resamples, rng)[:, 0]
+    return (rho, *percentile_interval(rhos, confidence_level))
 
 
 def spearman_permutation_test(x, y, n_resamples: int = 10000, rng=0) -> tuple[float, float]:

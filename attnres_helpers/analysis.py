@@ -1,0 +1,237 @@
+"""The analysis plan of notebook 05 (``data/results/family_plan.md``), run on the family's store.
+
+Does R at 2L rank how much perplexity rises past L, across the trained settings of
+``experiments.FAMILY``, and beyond what the BCA switch alone tells? The units that are resampled
+are the trained settings (each with all its seeds and its BCA twin); the points that are ranked
+are *configurations*, a setting evaluated without or with BCA, at their seed means.
+
+- :func:`family_points`: one :class:`Point` per configuration from the stored ŝ and per-position
+  NLL (via :func:`attnres_helpers.store.records`).
+- :func:`run_plan`: the plan's test, baselines and within-mask checks (:class:`PlanResult`).
+- :func:`verdict`: the plan's "what counts as support", as sentences built from the numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .metric import Boundary, HeadMode
+from .stats import (
+    cluster_bootstrap_spearmans,
+    design_resolution,
+    group_mean_baseline,
+    partial_spearman,
+    percentile_interval,
+    spearman,
+    spearman_permutation_test,
+)
+from .store import Profile, records
+
+PREDICTOR = "R(2L) upper"  # the plan's primary predictor
+OUTCOME = "rise 2L"  # the plan's primary outcome
+SECONDARY_OUTCOME = "rise 4L"
+PLAN_RESAMPLING = {"n_resamples": 10000, "confidence_level": 0.95, "rng": 0}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration at its seed means.
+
+    ``setting``: the FAMILY label (the resampled unit); ``family``: its encoding; ``values``: column
+    -> seed mean, with columns ``R(2L) upper`` (primary predictor), ``R(2L) mean`` (the paper's layer
+    mean), ``R(L) upper``, ``design R(2L)``, ``rise 2L`` and ``rise 4L`` (perplexity past L over
+    perplexity before L in the same 2L or 4L windows); ``per_seed``: column -> {seed: value}.
+    """
+
+    setting: str
+    family: str
+    bca: bool
+    values: dict
+    per_seed: dict = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.setting + (" +BCA" if self.bca else "")
+
+
+def _run_values(recs: list[dict], L: int) -> dict:
+    """Per-run columns from one run's records at one mask setting (head mode and boundary fixed)."""
+    by = {(r["eval_len"], r["layer"]): r for r in recs}
+    values = {}
+    for k, name in ((2, "2L"), (4, "4L")):
+        r = by.get((k * L, "mean"))
+        if r is not None and r["perplexity_past_L"] is not None:
+            values[f"rise {name}"] = r["perplexity_past_L"] / r["perplexity_first_L"]
+    for (k, layer), column in {(2, "upper"): "R(2L) upper", (2, "mean"): "R(2L) mean",
+                               (1, "upper"): "R(L) upper"}.items():
+        if (k * L, layer) in by:
+            values[column] = by[(k * L, layer)]["resolution"]
+    return values
+
+
+def family_points(profiles: list[Profile], head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero",
+                  min_seeds: int = 1) -> list[Point]:
+    """One :class:`Point` per (setting, BCA) in ``profiles`` (the family store), in store order.
+
+    Settings whose runs lack a ``config`` label are refused; configurations with fewer than
+    ``min_seeds`` seeds are left out.
+    """
+    if not profiles:
+        raise ValueError("no profiles: train the family first (python -m attnres_helpers family)")
+    recs = [r for r in records(profiles, boundary, head_modes=(head_mode,)) if isinstance(r["layer"], str)]
+    groups: dict[tuple[str, bool], dict[int, list[dict]]] = {}
+    for r in recs:
+        if "config" not in r:
+            raise ValueError(f"run {r['run']!r} has no 'config' label: not a family store")
+        groups.setdefault((r["config"], r["bca"]), {}).setdefault(r["seed"], []).append(r)
+    points = []
+    for (setting, bca), seeds in groups.items():
+        if len(seeds) < min_seeds:
+            continue
+        first = next(iter(seeds.values()))[0]
+        per_seed: dict[str, dict[int, float]] = {}
+        for seed, run_recs in seeds.items():
+            for column, value in _run_values(run_recs, first["train_len"]).items():
+                per_seed.setdefault(column, {})[seed] = value
+        design = design_resolution(first["encoding"], first["model"], first["train_len"], bca, head_mode, boundary)[1]
+        values = {column: float(np.mean(list(v.values()))) for column, v in per_seed.items()}
+        points.append(Point(setting, first["encoding"], bca, {**values, "design R(2L)": design}, per_seed))
+    return points
+
+
+def column(points: list[Point], name: str) -> np.ndarray:
+    """One column over the points; a clear error if some point lacks it."""
+    missing = [p.name for p in points if name not in p.values]
+    if missing:
+        raise ValueError(f"column {name!r} is missing for {', '.join(missing)}")
+    return np.array([p.values[name] for p in points], dtype=np.float64)
+
+
+def bca_indicator(points: list[Point]) -> np.ndarray:
+    return np.array([float(p.bca) for p in points])
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """ρ with its cluster-bootstrap interval (over settings) and, where computed, a permutation p."""
+
+    rho: float
+    low: float
+    high: float
+    n: int
+    p_value: float | None = None
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def __str__(self) -> str:
+        p = "" if self.p_value is None else f", p = {self.p_value:.3g}"
+        return f"ρ = {self.rho:+.2f} [{self.low:+.2f}, {self.high:+.2f}] (n = {self.n}{p})"
+
+
+def cluster_correlations(predictors: dict[str, np.ndarray], outcome: np.ndarray, clusters,
+                         n_resamples: int = 10000, confidence_level: float = 0.95, rng=0) -> dict[str, Correlation]:
+    """:class:`Correlation` of each predictor with the outcome, all on the same cluster resamples."""
+    names = list(predictors)
+    reps = cluster_bootstrap_spearmans([predictors[k] for k in names], outcome, clusters, n_resamples, rng)
+    return {k: Correlation(spearman(predictors[k], outcome), *percentile_interval(reps[:, j], confidence_level),
+                           len(outcome)) for j, k in enumerate(names)}
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """Everything the plan asks for, for one outcome."""
+
+    outcome: str
+    primary: Correlation  # with the permutation p-value
+    baselines: dict[str, Correlation]  # name -> ρ with the outcome (same resamples as the primary)
+    within: dict[bool, Correlation]  # BCA off / on -> ρ of the primary predictor within that setting
+    partial_given_bca: float
+    beats_bca: tuple[float, float, float]  # |ρ_R| − |ρ_BCA| and its interval
+    settings: int
+    seeds: dict[str, int]  # configuration name -> seeds
+
+
+def run_plan(points: list[Point], outcome: str = OUTCOME, predictor: str = PREDICTOR, n_resamples: int = 10000,
+             confidence_level: float = 0.95, rng=0) -> PlanResult:
+    """The plan's test of ``predictor`` against ``outcome`` over the configurations in ``points``.
+
+    - primary: Spearman's ρ, cluster-bootstrap interval over settings, two-sided permutation p;
+    - baselines on the same resamples: the BCA indicator, the in-sample family mean of the outcome,
+      the family + BCA mean, design-time R(2L) and the layer-mean R(2L);
+    - within BCA off and within BCA on: ρ with its own cluster interval; the partial ρ given BCA;
+    - |ρ_R| − |ρ_BCA| with its interval (resampled together).
+    """
+    y, settings = column(points, outcome), [p.setting for p in points]
+    families = np.array([p.family for p in points])
+    bca = bca_indicator(points)
+    predictors = {
+        predictor: column(points, predictor),
+        "BCA indicator": bca,
+        "family mean": group_mean_baseline(y, families),
+        "family + BCA mean": group_mean_baseline(y, np.char.add(families, np.where(bca > 0, " +BCA", ""))),
+        "design R(2L)": column(points, "design R(2L)"),
+        "R(2L) mean": column(points, "R(2L) mean"),
+    }
+    common = {"n_resamples": n_resamples, "rng": rng}
+    cors = cluster_correlations(predictors, y, settings, confidence_level=confidence_level, **common)
+    _, p_value = spearman_permutation_test(predictors[predictor], y, **common)
+    primary = cors.pop(predictor)
+    primary = Correlation(primary.rho, primary.low, primary.high, primary.n, p_value)
+    reps = cluster_bootstrap_spearmans([predictors[predictor], bca], y, settings, **common)
+    diff = np.abs(reps[:, 0]) - np.abs(reps[:, 1])
+    beats = (abs(primary.rho) - abs(cors["BCA indicator"].rho), *percentile_interval(diff, confidence_level))
+    within = {}
+    for flag in (False, True):
+        sub = [p for p in points if p.bca == flag]
+        within[flag] = cluster_correlations({predictor: column(sub, predictor)}, column(sub, outcome),
+                                            [p.setting for p in sub], confidence_level=confidence_level,
+                                            **common)[predictor]
+    return PlanResult(outcome, primary, cors, within, partial_spearman(predictors[predictor], y, bca), beats,
+                      len(set(settings)), {p.name: len(p.per_seed.get(outcome, {})) for p in points})
+
+
+SUPPORT = "R predicts, beyond the mask"
+MASK_ONLY = "R tracks the mask, no evidence beyond it"
+NO_SUPPORT = "no support"
+MIXED = "mixed: the pooled test holds, and only within BCA on is there evidence"
+
+
+def verdict(result: PlanResult) -> tuple[str, list[str]]:
+    """The plan's category for ``result`` and the sentences that say why, built from its numbers.
+
+    Categories (family_plan.md, "What counts as support"): :data:`SUPPORT` (pooled ρ < 0 with its
+    interval excluding 0 and p < 0.05, and ρ within BCA off < 0 with its interval excluding 0);
+    :data:`MASK_ONLY` (the pooled test holds but neither within-mask interval excludes 0, or they
+    disagree in sign); :data:`NO_SUPPORT` (the pooled interval includes 0, p ≥ 0.05, or ρ ≥ 0). A
+    case the plan did not name (pooled holds, within-off does not, within-on does) is :data:`MIXED`.
+    """
+    pr, off, on = result.primary, result.within[False], result.within[True]
+    pooled = pr.rho < 0 and pr.high < 0 and pr.p_value is not None and pr.p_value < 0.05
+    lines = [f"Pooled over {pr.n} configurations of {result.settings} trained settings: {pr}."]
+    lines.append(f"Within BCA off: {off}. Within BCA on: {on}. Partial ρ given BCA: {result.partial_given_bca:+.2f}.")
+    if not pooled:
+        category = NO_SUPPORT
+        why = ("ρ is not negative" if pr.rho >= 0 else "its interval includes 0" if not pr.high < 0
+               else f"p = {pr.p_value:.3g} ≥ 0.05")
+        lines.append(f"The pooled test fails ({why}).")
+    elif off.rho < 0 and off.high < 0:
+        category = SUPPORT
+        lines.append("The pooled test holds, and within BCA off R still ranks the rise with an interval below 0.")
+    elif (not off.excludes_zero and not on.excludes_zero) or (np.sign(off.rho) != np.sign(on.rho)):
+        category = MASK_ONLY
+        lines.append("The pooled test holds, but neither within-mask interval excludes 0 (or their signs differ): "
+                     "R separates the masks, with no evidence that it ranks configurations beyond them.")
+    else:
+        category = MIXED
+        lines.append("The pooled test holds; within BCA off the interval includes 0, within BCA on it does not. "
+                     "The plan names no such case; it is reported as mixed.")
+    bca = result.baselines["BCA indicator"]
+    d, lo, hi = result.beats_bca
+    beats = lo > 0
+    lines.append(f"The BCA indicator alone: {bca}. |ρ_R| − |ρ_BCA| = {d:+.2f} [{lo:+.2f}, {hi:+.2f}]: R "
+                 + ("beats the indicator." if beats else "does not beat the indicator."))
+    return category, lines

@@ -1,0 +1,95 @@
+"""attnres_helpers.analysis: the family plan's points, test and verdict on data with known answers."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnres_helpers import analysis
+from attnres_helpers.analysis import Point
+from attnres_helpers.experiments import model_config
+from attnres_helpers.metric import layer_resolution
+from attnres_helpers.store import Profile
+
+L = 8
+
+
+def profile(config, encoding, seed, eval_len, bca, s_hat, nll_first, nll_past):
+    meta = {"encoding": encoding, "seed": seed, "train_len": L, "config": config,
+            "model": model_config(encoding, train_len=L).to_dict()}
+    nll = torch.tensor([nll_first] * L + [nll_past] * (eval_len - L), dtype=torch.float64)
+    return Profile(f"{config}-s{seed}".replace(" ", "-"), meta, eval_len, bca, s_hat, nll)
+
+
+def test_family_points_are_seed_means_of_same_window_rises_and_upper_layer_r():
+    g = torch.Generator().manual_seed(0)
+    profiles = []
+    for seed, (first, past) in enumerate([(1.0, 1.5), (1.2, 1.4)]):
+        for k in (1, 2, 4):
+            s_hat = torch.randn(2, 2, k * L, generator=g)
+            profiles.append(profile("rope base 100", "rope", seed, k * L, False, s_hat, first, past))
+    points = analysis.family_points(profiles)
+    assert [p.name for p in points] == ["rope base 100"]
+    point = points[0]
+    assert point.values["rise 2L"] == pytest.approx(np.mean([math.exp(0.5), math.exp(0.2)]), rel=1e-12)
+    assert point.values["rise 4L"] == pytest.approx(point.values["rise 2L"], rel=1e-12)  # the same NLL steps
+    upper = [float(layer_resolution(p.s_hat.double(), "mean-scores", "zero")[1:].mean())
+             for p in profiles if p.eval_len == 2 * L]
+    assert point.values["R(2L) upper"] == pytest.approx(np.mean(upper), rel=1e-6)
+    assert point.per_seed["rise 2L"].keys() == {0, 1}
+    assert 0 < point.values["design R(2L)"] < 1
+
+
+def synthetic(predictor, outcome, bca, settings, family="rope"):
+    return [Point(s, family if i % 3 else "alibi", b, {"R(2L) upper": x, "rise 2L": y, "design R(2L)": x ** 2,
+                                                       "R(2L) mean": -y}, {"rise 2L": {0: y, 1: y}})
+            for i, (x, y, b, s) in enumerate(zip(predictor, outcome, bca, settings))]
+
+
+FAST = {"n_resamples": 500, "rng": 0}
+
+
+def test_a_predictor_that_ranks_within_each_mask_is_support():
+    n = 10
+    x = np.r_[np.arange(n), np.arange(n) + 0.5]  # R higher with BCA and, within each mask, ordered
+    y = -x  # higher R, smaller rise: a perfect negative rank relation everywhere
+    points = synthetic(x, y, [False] * n + [True] * n, [f"s{i}" for i in range(n)] * 2)
+    result = analysis.run_plan(points, **FAST)
+    assert result.primary.rho == pytest.approx(-1.0) and result.primary.high < 0
+    assert result.primary.p_value == pytest.approx(1 / 501)  # no permutation is as extreme
+    assert result.within[False].rho == pytest.approx(-1.0) and result.within[True].rho == pytest.approx(-1.0)
+    assert result.settings == n and result.seeds["s0 +BCA"] == 2
+    category, lines = analysis.verdict(result)
+    assert category == analysis.SUPPORT and "R beats the indicator" in lines[-1]
+
+
+def test_a_predictor_that_only_tracks_the_mask_is_mask_only():
+    rng = np.random.default_rng(1)
+    n = 12
+    bca = np.r_[np.zeros(n), np.ones(n)].astype(bool)
+    x = bca * 10 + rng.random(2 * n)  # R jumps with BCA, noise within
+    y = -10.0 * bca + rng.random(2 * n)  # the rise drops with BCA, independent noise within
+    points = synthetic(x, y, bca, [f"s{i}" for i in range(n)] * 2)
+    result = analysis.run_plan(points, **FAST)
+    assert result.primary.high < 0
+    assert not result.within[False].excludes_zero and not result.within[True].excludes_zero
+    assert abs(result.baselines["BCA indicator"].rho) >= abs(result.primary.rho) - 1e-9
+    category, lines = analysis.verdict(result)
+    assert category == analysis.MASK_ONLY and "does not beat the indicator" in lines[-1]
+
+
+def test_an_unrelated_predictor_is_no_support():
+    rng = np.random.default_rng(2)
+    n = 12
+    points = synthetic(rng.random(2 * n), rng.random(2 * n), [False] * n + [True] * n, [f"s{i}" for i in range(n)] * 2)
+    category, lines = analysis.verdict(analysis.run_plan(points, **FAST))
+    assert category == analysis.NO_SUPPORT and "pooled test fails" in lines[2]
+
+
+def test_missing_columns_and_empty_stores_are_refused():
+    with pytest.raises(ValueError, match="no profiles"):
+        analysis.family_points([])
+    points = synthetic([1.0, 2.0, 3.0], [3.0, 2.0, 1.0], [False] * 3, ["a", "b", "c"])
+    with pytest.raises(ValueError, match="column 'rise 4L' is missing for a, b, c"):
+        analysis.column(points, "rise 4L")

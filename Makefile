@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: lab test test-fast browser-test execute bench clean
+.PHONY: lab test test-fast browser-test execute bench figures clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_training.py
 	$(PY) benchmarks/bench_measure.py
 	$(PY) benchmarks/bench_fft.py
+	$(PY) benchmarks/bench_hf.py
+
+# Regenerate the explorers' default pictures (data/figures/explorer_default.png, trained_explorer_default.png).
+figures: $(VENV)/.installed
+	$(PY) -m attnres_helpers figures
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

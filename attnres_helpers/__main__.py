@@ -7,6 +7,7 @@
     python -m attnres_helpers family [--jobs 2] [--device cuda]   # the family of notebook 05
     python -m attnres_helpers hf-train [--jobs 2]    # Hugging Face architectures on our corpus (notebook 06)
     python -m attnres_helpers measure-hf --model PATH_OR_NAME [--lengths 1,2] [--json]   # any supported HF model
+    python -m attnres_helpers figures                # the explorers' default pictures in data/figures/
 """
 
 import argparse
@@ -98,6 +99,18 @@ def cmd_measure_hf(args: argparse.Namespace) -> None:
     _print_records(measure_pretrained(args.model, args.lengths, args.windows), args.json)
 
 
+FIGURES = (("explorer_default.png", "explorer"), ("trained_explorer_default.png", "trained"))  # in data/figures/
+
+
+def cmd_figures(args: argparse.Namespace) -> None:
+    """Write the explorers' default-state pictures (notebooks 02 and 04) to data/figures/."""
+    from .experiments import DATA
+    from .widgets import save_default_image
+
+    for name, which in FIGURES:
+        print(save_default_image(DATA / "figures" / name, which))
+
+
 def _print_records(recs: list[dict], as_json: bool) -> None:
     if as_json:
         print(json.dumps(recs, indent=1))
@@ -146,6 +159,8 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--windows", type=_positive_int, default=4, help="held-out windows per length")
     p.add_argument("--json", action="store_true", help="print every record as JSON")
     p.set_defaults(func=cmd_measure_hf)
+    p = subparsers.add_parser("figures", help="regenerate the explorers' default pictures in data/figures/")
+    p.set_defaults(func=cmd_figures)
     for name, func, what in (("measure", cmd_measure, "verify and re-measure the shipped checkpoints"),
                              ("results", cmd_results, "records from a measurement store (no model is loaded)")):
         p = subparsers.add_parser(name, help=what)

@@ -365,60 +365,102 @@ def plot_mask(mask, ax=None, title: str = "", block: int | None = None):
 FAMILY_COLOURS = {"rope": "C0", "xpos": "C1", "alibi": "C2", "sinusoidal": "C3", "nope": "C4"}
 
 
-def plot_configuration_scatter(configs, predictor: str, outcome: str, ax=None, log_outcome: bool = True,
-                               label_size: float = 6):
-    """Seed means of ``outcome`` against ``predictor``, one point per configuration
-    (attnres_helpers.stats.Configuration) with the seed spread as error bars: coloured by family,
-    hollow when evaluated with BCA, labelled with its name; Spearman's ρ of the means and n in the title."""
-    from matplotlib.ticker import FuncFormatter
-
-    from .stats import spearman
-    from .tables import Stat
-
-    ax = plt.gca() if ax is None else ax
-    shown = [c for c in configs if predictor in c.values and outcome in c.values]
-    if len(shown) < 3:
-        raise ValueError(f"only {len(shown)} configurations have both {predictor!r} and {outcome!r}; need >= 3")
-    means = []
-    for c in shown:
-        x, y = Stat.of(c.values[predictor]), Stat.of(c.values[outcome])
-        colour = FAMILY_COLOURS.get(c.family, "C7")
-        ax.errorbar(x.mean, y.mean, xerr=x.spread or 0.0, yerr=y.spread or 0.0, fmt="o", ms=5, color=colour,
-                    mfc="white" if c.bca else colour, elinewidth=0.7)
-        ax.annotate(c.name, (x.mean, y.mean), xytext=(3, 3), textcoords="offset points", fontsize=label_size,
-                    color=colour)
-        means.append((x.mean, y.mean))
-    rho = spearman(*zip(*means))
-    ax.set(xlabel=predictor, ylabel=outcome + (" (log scale)" if log_outcome else ""))
-    if log_outcome:
-        ax.set_yscale("log")
-        plain = FuncFormatter(lambda value, _: f"{value:g}")  # 1.2, not 1.2×10⁰
-        ax.yaxis.set_major_formatter(plain)
-        ax.yaxis.set_minor_formatter(plain)
-    ax.set_title(f"Spearman ρ = {rho:.2f} over n = {len(shown)} configurations", fontsize="medium")
-    return ax
+def short_label(point) -> str:
+    """A configuration's name shortened for a crowded plot: 'rope 100', 'xpos γ0.1', 'alibi ×0.25 +B'."""
+    name = (point.setting.replace("rope base ", "rope ").replace("alibi slopes x", "alibi ×")
+            .replace("xpos B 64, gamma ", "xpos γ").replace("xpos B ", "xpos B").replace("sinusoidal", "sin"))
+    return name + (" +B" if point.bca else "")
 
 
-def configuration_scatter_grid(configs, panels, ncols: int = 3, log_outcome: bool = True, title: str = ""):
-    """One :func:`plot_configuration_scatter` per ``(predictor, outcome)`` in ``panels``, with one
-    legend for the families and the BCA marker, and ``title`` above it."""
+def place_labels(ax, xy, labels, colours, fontsize: float = MIN_FONT) -> list:
+    """Annotate each point of ``xy`` (data coordinates) with its label, trying offsets around it in
+    turn and keeping the first whose text box overlaps no label placed before and no point; where
+    none is free, the offset with the least overlap. Returns the Text objects."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    points = ax.transData.transform(np.asarray(xy, dtype=float))  # (n, 2) display pixels
+    r = fontsize * fig.dpi / 72 * 0.5  # a marker's half-size, in pixels
+    taken = [(x - r, y - r, x + r, y + r) for x, y in points]
+    offsets = [(4, 3), (4, -12), (-4, 3), (-4, -12), (4, 10), (4, -20), (-4, 10), (-4, -20), (0, 16), (0, -26)]
+
+    def overlap(a, b):
+        return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+    texts = []
+    for (x, y), label, colour in zip(xy, labels, colours):
+        best = None
+        for dx, dy in offsets:
+            text = ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
+                               color=colour, ha="left" if dx >= 0 else "right")
+            box = text.get_window_extent(renderer)
+            box = (box.x0, box.y0, box.x1, box.y1)
+            cost = sum(overlap(box, other) for other in taken)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, text, box)
+            else:
+                text.remove()
+            if cost == 0:
+                break
+        taken.append(best[2])
+        texts.append(best[1])
+    return texts
+
+
+def _family_legend(ax, points, loc="upper left"):
     from matplotlib.lines import Line2D
 
-    nrows = -(-len(panels) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.2 * nrows), squeeze=False)
-    for ax, (predictor, outcome) in zip(axes.flat, panels):
-        plot_configuration_scatter(configs, predictor, outcome, ax=ax, log_outcome=log_outcome)
-    for ax in axes.flat[len(panels) :]:
-        ax.set_visible(False)
-    families = [f for f in FAMILY_COLOURS if any(c.family == f for c in configs)]
+    families = [f for f in FAMILY_COLOURS if any(p.family == f for p in points)]
     handles = [Line2D([], [], marker="o", linestyle="", color=FAMILY_COLOURS[f], label=f) for f in families]
-    handles.append(Line2D([], [], marker="o", linestyle="", color="gray", mfc="white", label="evaluated with BCA"))
+    handles.append(Line2D([], [], marker="o", linestyle="", color="gray", mfc="white", label="with BCA (+B)"))
+    ax.legend(handles=handles, loc=loc, fontsize=MIN_FONT, framealpha=0.9)
+
+
+def rank_rank_figure(points, predictor: str, outcome: str, title: str = ""):
+    """Rank of ``outcome`` against rank of ``predictor`` (1 = smallest, ties averaged), one labelled
+    point per configuration (analysis.Point): the picture of Spearman's ρ, which only sees ranks, so
+    no outlier squeezes the rest. Colour: family; hollow: evaluated with BCA."""
+    from .analysis import column
+    from .stats import average_ranks, spearman
+
+    x, y = column(points, predictor), column(points, outcome)
+    rx, ry = average_ranks(x), average_ranks(y)
+    fig, ax = plt.subplots(figsize=(DISPLAY_WIDTH, 7.0))
+    colours = [FAMILY_COLOURS.get(p.family, "C7") for p in points]
+    for p, a, b, c in zip(points, rx, ry, colours):
+        ax.plot(a, b, "o", ms=6, color=c, mfc="white" if p.bca else c)
+    n = len(points)
+    ax.set(xlim=(0, n + 4), ylim=(0, n + 2), xlabel=f"rank of {predictor} (1 = lowest)",
+           ylabel=f"rank of {outcome} (1 = smallest rise)")
+    fig.canvas.draw()
+    place_labels(ax, list(zip(rx, ry)), [short_label(p) for p in points], colours)
+    _family_legend(ax, points, loc="upper right")
+    ax.set_title(title or f"Spearman ρ = {spearman(x, y):+.2f} over n = {n} configurations", fontsize=10)
     fig.tight_layout()
-    header = 0.75 if title else 0.4  # inches above the panels for the title and the legend
-    top = 1 - header / (4.2 * nrows)
-    fig.subplots_adjust(top=top * fig.subplotpars.top)
-    fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, top), ncol=len(handles), fontsize="small",
-               frameon=False)
-    if title:
-        fig.suptitle(title, y=1.0, va="top")
     return fig
+
+
+def family_scatter(points, predictor: str, outcome: str, ax=None):
+    """Seed means of ``outcome`` (log scale) against ``predictor`` (log scale), one point per
+    configuration with its seed range as error bars; colour: family, hollow: with BCA."""
+    from matplotlib.ticker import FuncFormatter
+
+    from .analysis import column
+
+    ax = plt.gca() if ax is None else ax
+    column(points, predictor), column(points, outcome)  # clear errors for missing columns
+    for p in points:
+        colour = FAMILY_COLOURS.get(p.family, "C7")
+        ys = list(p.per_seed.get(outcome, {}).values()) or [p.values[outcome]]
+        xs = list(p.per_seed.get(predictor, {}).values()) or [p.values[predictor]]
+        x, y = p.values[predictor], p.values[outcome]
+        ax.errorbar(x, y, xerr=[[x - min(xs)], [max(xs) - x]], yerr=[[y - min(ys)], [max(ys) - y]], fmt="o", ms=5,
+                    color=colour, mfc="white" if p.bca else colour, elinewidth=0.7)
+    ax.set(xscale="log", yscale="log", xlabel=f"{predictor} (log scale)", ylabel=f"{outcome} (log scale)")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.axhline(1.0, color="gray", lw=0.7, ls=":")
+    _family_legend(ax, points)
+    return ax

@@ -131,3 +131,39 @@ def test_position_perplexity_is_legible_with_plain_tick_labels():
     labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     assert labels and not any("times" in label or "^" in label for label in labels)  # 40, not 4×10¹
     plt.close(fig)
+
+
+def _family_points(n_settings=21):
+    from attnres_helpers.analysis import Point
+
+    rng = np.random.default_rng(0)
+    families = ["rope", "xpos", "alibi", "sinusoidal", "nope"]
+    points = []
+    for i in range(n_settings):
+        for bca in (False, True):
+            x = float(rng.random())
+            y = float(i)  # twins tie in the outcome: pairs of points share a row
+            points.append(Point(f"rope base {100 * (i + 1)}", families[i % 5], bca,
+                                {"R(2L) upper": x, "rise 2L": y}, {"R(2L) upper": {0: x}, "rise 2L": {0: y}}))
+    return points
+
+
+def test_rank_rank_labels_do_not_overlap_and_ranks_are_plotted():
+    from attnres_helpers.plots import rank_rank_figure
+    from attnres_helpers.stats import average_ranks
+
+    points = _family_points()
+    fig = rank_rank_figure(points, "R(2L) upper", "rise 2L")
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert len(boxes) == len(points)
+    overlaps = [(i, j) for i in range(len(boxes)) for j in range(i) if boxes[i].overlaps(boxes[j])]
+    assert overlaps == []
+    xs = sorted(line.get_xdata()[0] for line in ax.lines)
+    expected = sorted(average_ranks([p.values["R(2L) upper"] for p in points]))
+    np.testing.assert_allclose(xs, expected)
+    assert fig.get_size_inches()[0] <= DISPLAY_WIDTH
+    assert min(t.get_fontsize() for t in ax.texts) >= MIN_FONT
+    plt.close(fig)

@@ -1,38 +1,30 @@
-"""Does resolution predict extrapolation? Rank statistics over a family of configurations (notebook 05).
+"""Generic rank statistics, and the design-time R of a trained model's encoding.
 
-A *configuration* is one member of ``experiments.FAMILY`` (an encoding with some parameters,
-trained from several seeds) evaluated without or with BCA: BCA is an evaluation-time switch, so
-the same checkpoints give two configurations (none for sinusoidal, which cannot use BCA).
-For each configuration and seed we have *predictors*, the layer-mean R of notebook 03 and the
-design-time R of the encodings module, and *outcomes*, perplexities at L, 2L and 4L.
+- Spearman's ρ with ties at average ranks (:func:`average_ranks`, :func:`spearman`).
+- A cluster bootstrap over trained settings (:func:`cluster_bootstrap_spearmans`): every cluster,
+  with all its points, is drawn with replacement, and the draws are shared between predictors, so
+  a difference of two ρ's is resampled as one statistic; :func:`percentile_interval` turns the
+  resamples into an interval, and :func:`spearman_cluster_bootstrap` does both for one predictor.
+- A two-sided permutation test of ρ (:func:`spearman_permutation_test`), the partial rank
+  correlation given a third variable (:func:`partial_spearman`), and the group-mean baseline
+  (:func:`group_mean_baseline`).
+- :func:`design_resolution`: the design-time (R(L), R(2L)) of a trained model's encoding, from its
+  ModelConfig (:func:`design_params`).
 
-The question is about ranks across configurations: does a configuration with a higher R(2L)
-extrapolate better? So the statistic is Spearman's ρ over the configurations' seed means, with a
-bootstrap over seeds for its uncertainty, a leave-one-family-out check, and a baseline that knows
-only each configuration's family. Everything here is numpy over the tidy records of
-:mod:`attnres_helpers.measure` (plus ``config``, the FAMILY label); the notebook and the tests
-share it. ``n``, the number of configurations a ρ rests on, is returned with every estimate.
+Parameter names follow scipy.stats (``n_resamples``, ``confidence_level``, ``rng``); everything is
+numpy. The family analysis of notebook 05 itself lives in :mod:`attnres_helpers.analysis`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 
 from .encodings import resolution_pair
-from .metric import BOUNDARIES, Boundary, HeadMode
-from .tables import Stat, index_records, length_label
+from .metric import Boundary, HeadMode
 
-FAMILIES = ("rope", "xpos", "alibi", "sinusoidal", "nope")  # a configuration's family is its encoding
-MEASURED_PREDICTORS = ("R(L)", "R(2L)", "R(2L)/R(L)")
-DESIGN_PREDICTORS = ("design R(L)", "design R(2L)")
-PREDICTORS = MEASURED_PREDICTORS + DESIGN_PREDICTORS
-OUTCOMES = ("ppl(L)", "ppl(2L)", "ppl(4L)", "ppl(2L)/ppl(L)", "ppl(2L) past L", "ppl(4L) past L")
-N_BOOT = 2000  # bootstrap replicates
-BOOT_SEED = 0  # seed of the numpy Generator that draws them
-LEVEL = 0.95  # confidence level: the 2.5th and 97.5th percentiles of the replicates
+FAMILIES = ("rope", "xpos", "alibi", "sinusoidal", "nope")  # the encodings with a design-time curve
 
 
 # --------------------------------------------------------------------------- Spearman's ρ
@@ -81,22 +73,7 @@ def spearman(x, y) -> float:
     return float(_rank_correlation(x, y))
 
 
-# --------------------------------------------------------------------------- configurations
-
-
-class Configuration(NamedTuple):
-    """One configuration and its per-seed values.
-
-    ``name`` is the FAMILY label, with " +BCA" when evaluated with BCA; ``family`` its encoding;
-    ``values`` maps a column (:data:`PREDICTORS`, :data:`OUTCOMES`) to ``{seed: value}``. A column
-    is missing where it was not measured or is undefined (a ratio over R(L) ≤ 0).
-    """
-
-    name: str
-    config: str
-    bca: bool
-    family: str
-    values: dict
+# --------------------------------------------------------------------------- design-time R
 
 
 def design_params(encoding: str, model: dict) -> dict:
@@ -136,280 +113,6 @@ def design_resolution(encoding: str, model: dict, L: int, bca: bool = False, hea
     r_L, r_2L = resolution_pair(encoding, L, head_mode, boundary, **design_params(encoding, model))
     return (r_L, r_L) if bca else (r_L, r_2L)
 
-
-def _per_seed(cell: dict | None, value: str) -> dict | None:
-    """{seed: record[value]} of a {seed: record} cell; None if absent or any value is not measured."""
-    if not cell or any(record[value] is None for record in cell.values()):
-        return None
-    return {seed: float(record[value]) for seed, record in cell.items()}
-
-
-def _ratio(numerator: dict | None, denominator: dict | None) -> dict | None:
-    """Per-seed numerator/denominator; None if either is missing, the seeds differ, or a denominator is ≤ 0."""
-    if numerator is None or denominator is None or set(numerator) != set(denominator):
-        return None
-    if min(denominator.values()) <= 0:
-        return None
-    return {s: numerator[s] / denominator[s] for s in numerator}
-
-
-def configurations(records, head_mode: HeadMode = "mean-scores", models: dict | None = None,
-                   boundary: Boundary = "zero") -> list[Configuration]:
-    """Every (FAMILY label, BCA) in ``records``, in the records' order (without BCA first), with the
-    layer-mean predictors of ``head_mode`` and every outcome per seed:
-
-    R(L), R(2L), R(2L)/R(L) (per seed); ppl(L), ppl(2L), ppl(4L), ppl(2L)/ppl(L) (per seed),
-    ppl(2L) past L, ppl(4L) past L (positions ≥ L only). With BCA every value is the one measured
-    with BCA. ``models = {label: ModelConfig dict}`` adds design R(L), design R(2L)
-    (:func:`design_resolution`), the same for every seed.
-    """
-    if boundary not in BOUNDARIES:
-        raise ValueError(f"unknown boundary {boundary!r}; choose one of {BOUNDARIES}")
-    index = index_records(records, head_mode, group="config")  # checks keys, one L, one encoding each
-    L = records[0]["train_len"]
-    families = {r["config"]: r["encoding"] for r in records}  # label -> encoding, in the records' order
-    cells: dict = {}  # (label, bca) -> {multiple: {seed: record}}
-    for (label, multiple, bca, layer), by_seed in index.items():
-        if layer == "mean":
-            cells.setdefault((label, bca), {})[multiple] = by_seed
-    if not cells:
-        raise ValueError(f"no layer-mean records with head_mode {head_mode!r}")
-    if models is not None and set(families) - set(models):
-        raise ValueError(f"models lacks the configurations {sorted(set(families) - set(models))}")
-
-    out = []
-    for (label, bca), by_multiple in sorted(cells.items(), key=lambda item: (list(families).index(item[0][0]),
-                                                                              item[0][1])):
-        values = {
-            "R(L)": _per_seed(by_multiple.get(1), "resolution"),
-            "R(2L)": _per_seed(by_multiple.get(2), "resolution"),
-            **{f"ppl({length_label(k)})": _per_seed(by_multiple.get(k), "perplexity") for k in (1, 2, 4)},
-            **{f"ppl({k}L) past L": _per_seed(by_multiple.get(k), "perplexity_past_L") for k in (2, 4)},
-        }
-        values["R(2L)/R(L)"] = _ratio(values["R(2L)"], values["R(L)"])
-        values["ppl(2L)/ppl(L)"] = _ratio(values["ppl(2L)"], values["ppl(L)"])
-        if models is not None and values["R(L)"] is not None:
-            design = design_resolution(families[label], models[label], L, bca, head_mode, boundary)
-            for column, r in zip(DESIGN_PREDICTORS, design):
-                values[column] = {seed: r for seed in values["R(L)"]}
-        name = f"{label} +BCA" if bca else label
-        out.append(Configuration(name, label, bca, families[label],
-                                 {k: v for k, v in values.items() if v is not None}))
-    return out
-
-
-def configuration_table(configs: list[Configuration], columns) -> list[dict]:
-    """Rows for :func:`attnres_helpers.tables.format_table`: configuration, family, seeds, and a
-    :class:`~attnres_helpers.tables.Stat` (seed mean ± spread) per column (None where missing)."""
-    rows = []
-    for c in configs:
-        row = {"configuration": c.name, "family": c.family, "seeds": len(set().union(*c.values.values()))}
-        for column in columns:
-            row[column] = Stat.of(c.values[column]) if column in c.values else None
-        rows.append(row)
-    return rows
-
-
-# --------------------------------------------------------------------------- bootstrap over seeds
-
-
-class Estimate(NamedTuple):
-    """A statistic on the seed means (``value``), its bootstrap percentile interval [low, high],
-    the number of configurations n it rests on and the number of bootstrap replicates."""
-
-    value: float
-    low: float
-    high: float
-    n: int
-    replicates: int
-
-    @property
-    def excludes_zero(self) -> bool:
-        return self.low > 0 or self.high < 0
-
-
-def _check_bootstrap(n_boot, seed, level) -> None:
-    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
-        raise ValueError(f"n_boot must be a positive integer, got {n_boot!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer (the bootstrap Generator's seed), got {seed!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level!r}")
-
-
-def _paired(configs: list[Configuration], columns) -> tuple[list[Configuration], list[tuple], list[np.ndarray]]:
-    """The configurations that have every column, their seeds, and their values as ``(seeds, columns)``,
-    one row per seed (the same seeds in every column: one trained model gives one row)."""
-    if not configs:
-        raise ValueError("configs is empty")
-    known = {k for c in configs for k in c.values}
-    unknown = [k for k in columns if k not in known]
-    if unknown:
-        raise ValueError(f"no configuration has {unknown}; known columns: {sorted(known)}")
-    chosen, seeds, tables = [], [], []
-    for c in configs:
-        if not all(k in c.values for k in columns):
-            continue
-        own = tuple(sorted(c.values[columns[0]]))
-        if any(tuple(sorted(c.values[k])) != own for k in columns):
-            raise ValueError(f"{c.name}: columns {list(columns)} were measured on different seeds, so they "
-                             f"cannot be paired: {[sorted(c.values[k]) for k in columns]}")
-        chosen.append(c)
-        seeds.append(own)
-        tables.append(np.array([[c.values[k][s] for k in columns] for s in own]))  # (seeds, columns)
-    if len(chosen) < 3:
-        raise ValueError(f"only {len(chosen)} configurations have all of {list(columns)}; "
-                         f"a rank correlation needs at least 3")
-    return chosen, seeds, tables
-
-
-def _resampled_means(chosen: list[Configuration], seeds: list[tuple], tables: list[np.ndarray], n_boot: int,
-                     seed: int) -> np.ndarray:
-    """``(n_boot, configurations, columns)``: in each replicate, each trained setting's seeds drawn
-    with replacement (as many as it has) and its configurations' values averaged over the draw.
-    The unit is the trained model: every column, and a configuration and its BCA twin (the same
-    checkpoints), use the same draw."""
-    rng = np.random.default_rng(seed)
-    draws: dict = {}  # trained setting -> (its seeds, picks (B, k))
-    out = np.empty((n_boot, len(tables), tables[0].shape[1]))
-    for i, (c, own, table) in enumerate(zip(chosen, seeds, tables)):  # table (k, columns)
-        if c.config not in draws:
-            draws[c.config] = own, rng.integers(0, len(own), size=(n_boot, len(own)))  # (B, k)
-        drawn_seeds, picks = draws[c.config]
-        if drawn_seeds != own:
-            raise ValueError(f"{c.name} has seeds {list(own)} but another configuration of {c.config!r} has "
-                             f"{list(drawn_seeds)}; configurations of one trained setting must share seeds")
-        out[:, i] = table[picks].mean(axis=1)  # (B, k, columns) -> (B, columns)
-    return out
-
-
-def _rank_correlations(x, y, what: str) -> np.ndarray:
-    """Spearman's ρ of every replicate, ``(B,)`` from ``(B, n)``; ValueError if one is undefined."""
-    rhos = _rank_correlation(x, y)
-    undefined = int(np.isnan(rhos).sum())
-    if undefined:
-        raise ValueError(f"{what}: in {undefined} of {len(rhos)} bootstrap replicates one side is constant "
-                         f"across configurations, so Spearman's ρ is undefined there")
-    return rhos
-
-
-def _estimate(point: float, replicates: np.ndarray, n: int, level: float) -> Estimate:
-    low, high = np.percentile(replicates, [50 * (1 - level), 50 * (1 + level)])
-    return Estimate(float(point), float(low), float(high), n, len(replicates))
-
-
-def bootstrap_spearman(configs: list[Configuration], predictor: str, outcome: str, n_boot: int = N_BOOT,
-                       seed: int = BOOT_SEED, level: float = LEVEL) -> Estimate:
-    """Spearman's ρ of ``predictor`` and ``outcome`` across configurations, with a bootstrap over seeds.
-
-    Point estimate: ρ(x̄, ȳ), x̄_c and ȳ_c the seed means of configuration c. Replicate b: for
-    every trained setting, draw its k seeds with replacement, average each of its configurations
-    over the draw, and compute ρ across configurations. The unit resampled is the trained model:
-    a seed's predictor and outcome stay together, and a configuration and its BCA twin (the same
-    checkpoints, evaluated with another mask) share the draw. The
-    interval is the [(1 − level)/2, (1 + level)/2] percentiles of the ``n_boot`` replicates
-    (numpy Generator ``seed``: the same inputs give the same interval). Only configurations with
-    both columns count; their number is ``n``. The bootstrap shows seed noise only: the set of
-    configurations is fixed, so it says nothing about configurations not in the family.
-    """
-    _check_bootstrap(n_boot, seed, level)
-    chosen, seeds, tables = _paired(configs, (predictor, outcome))
-    means = np.array([t.mean(axis=0) for t in tables])  # (n, 2)
-    point = spearman(means[:, 0], means[:, 1])
-    boot = _resampled_means(chosen, seeds, tables, n_boot, seed)  # (B, n, 2)
-    return _estimate(point, _rank_correlations(boot[..., 0], boot[..., 1], f"ρ({predictor}, {outcome})"),
-                     len(chosen), level)
-
-
-def correlation_table(configs: list[Configuration], predictors, outcomes, n_boot: int = N_BOOT,
-                      seed: int = BOOT_SEED, level: float = LEVEL) -> list[dict]:
-    """One row per predictor × outcome: n, ρ on the seed means and its bootstrap interval
-    (:func:`bootstrap_spearman`), and whether the interval excludes 0."""
-    rows = []
-    for predictor in predictors:
-        for outcome in outcomes:
-            est = bootstrap_spearman(configs, predictor, outcome, n_boot, seed, level)
-            rows.append({"predictor": predictor, "outcome": outcome, "n": est.n, "rho": est.value,
-                         "CI low": est.low, "CI high": est.high, "excludes 0": "yes" if est.excludes_zero else "no"})
-    return rows
-
-
-def leave_one_family_out(configs: list[Configuration], predictor: str, outcome: str, n_boot: int = N_BOOT,
-                         seed: int = BOOT_SEED, level: float = LEVEL) -> dict[str, Estimate]:
-    """Is ρ carried by one family? ``{"none": ρ on every configuration, family: ρ without that
-    family's configurations, ...}`` (families in :data:`FAMILIES` order), each a
-    :func:`bootstrap_spearman` estimate on what is left."""
-    present = [f for f in FAMILIES if any(c.family == f for c in configs)]
-    present += sorted({c.family for c in configs} - set(FAMILIES))
-    out = {"none": bootstrap_spearman(configs, predictor, outcome, n_boot, seed, level)}
-    for family in present:
-        rest = [c for c in configs if c.family != family]
-        out[family] = bootstrap_spearman(rest, predictor, outcome, n_boot, seed, level)
-    return out
-
-
-def family_baseline_weights(groups) -> np.ndarray:
-    """``(n, n)`` weights W of the family-name baseline b = W ȳ (see :func:`baseline_comparison`):
-    W_ij = 1/|G_i| for j in G_i, the other configurations of i's group, or, when i is alone in
-    its group, W_ij = 1/(n − 1) for every j ≠ i. W_ii = 0 and every row sums to 1."""
-    groups = list(groups)
-    n = len(groups)
-    if n < 2:
-        raise ValueError(f"the family baseline needs at least 2 configurations, got {n}")
-    weights = np.zeros((n, n))
-    for i, group in enumerate(groups):
-        mates = [j for j in range(n) if j != i and groups[j] == group] or [j for j in range(n) if j != i]
-        weights[i, mates] = 1.0 / len(mates)
-    return weights
-
-
-class Comparison(NamedTuple):
-    """A predictor against the family-name baseline on the same configurations and replicates:
-    ρ of each with the outcome, and |ρ_predictor| − |ρ_baseline| (> 0: the predictor ranks better)."""
-
-    predictor: Estimate
-    baseline: Estimate
-    difference: Estimate
-
-
-def baseline_comparison(configs: list[Configuration], predictor: str, outcome: str, by_bca: bool = False,
-                        n_boot: int = N_BOOT, seed: int = BOOT_SEED, level: float = LEVEL) -> Comparison:
-    """How much better than the family name alone does ``predictor`` rank ``outcome``?
-
-    The family-name baseline predicts configuration i's outcome by the mean outcome of the
-    *other* configurations of its family (leave-one-out, so it never sees i's own outcome):
-    b_i = mean{ȳ_j : j ≠ i, family_j = family_i}, or mean{ȳ_j : j ≠ i} when i's family has no
-    other member (:func:`family_baseline_weights`). ``by_bca=True`` groups by (family, BCA) instead:
-    the name plus the evaluation switch. Its score is ρ(b, ȳ); the predictor's is ρ(x̄, ȳ). Both,
-    and |ρ_x| − |ρ_b|, are bootstrapped over seeds with the same replicates as
-    :func:`bootstrap_spearman` (b recomputed from each replicate's ȳ), on the configurations that
-    have both columns (n).
-    """
-    _check_bootstrap(n_boot, seed, level)
-    chosen, seeds, tables = _paired(configs, (predictor, outcome))
-    weights = family_baseline_weights([(c.family, c.bca) if by_bca else c.family for c in chosen])  # (n, n)
-    means = np.array([t.mean(axis=0) for t in tables])  # (n, 2)
-    boot = _resampled_means(chosen, seeds, tables, n_boot, seed)  # (B, n, 2)
-    x, y = boot[..., 0], boot[..., 1]  # (B, n)
-    point_x = spearman(means[:, 0], means[:, 1])
-    try:
-        point_b = spearman(weights @ means[:, 1], means[:, 1])
-    except ValueError as err:
-        raise ValueError(f"the family baseline of {outcome} is undefined: {err}") from None
-    rho_x = _rank_correlations(x, y, f"ρ({predictor}, {outcome})")
-    rho_b = _rank_correlations(y @ weights.T, y, f"family baseline of {outcome}")
-    n = len(chosen)
-    return Comparison(_estimate(point_x, rho_x, n, level), _estimate(point_b, rho_b, n, level),
-                      _estimate(abs(point_x) - abs(point_b), np.abs(rho_x) - np.abs(rho_b), n, level))
-
-
-def format_estimate(est: Estimate, digits: int = 2) -> str:
-    """ "−0.62 [−0.80, −0.35]": the value and its interval, rounded (no "-0.00")."""
-    def number(v: float) -> str:
-        text = f"{v:.{digits}f}"
-        return text[1:] if text.startswith("-") and float(text) == 0 else text
-
-    return f"{number(est.value)} [{number(est.low)}, {number(est.high)}]"
 
 
 # --------------------------------------------------------------------------- cluster bootstrap, permutation, partial ρ

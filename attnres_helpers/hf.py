@@ -53,40 +53,50 @@ METHODS = ("fft", "explicit")
 
 @dataclass
 class LayerQK:
-    """One layer's capture: the scores are ``scaling · q kᵀ + bias``.
+    """One layer's capture: the raw scores are ``scaling · q kᵀ + slope_h · j + mask``.
 
     q, k: (B, H, T, d) as the model multiplies them (rotated; key heads repeated for grouped-query
-    attention). bias: (B, H or 1, T, T) additive, masked pairs at -inf. slopes: (H,) ALiBi slopes
-    (BLOOM only), the model's own, read off its bias tensor.
+    attention). mask: (B, 1 or H, T, T) additive with -inf at masked pairs, or None for the full
+    causal mask (stored as None: the FFT path then needs nothing of size T²). slopes: (H,) BLOOM's
+    ALiBi slopes, read off the model's own bias tensor (None for the other models).
     """
 
     q: torch.Tensor
     k: torch.Tensor
     scaling: float
-    bias: torch.Tensor
+    mask: torch.Tensor | None = None
     slopes: torch.Tensor | None = None
 
 
 _records: list[LayerQK] | None = None  # filled by the registered attention function during capture
 
 
-def _as_minus_inf(mask: torch.Tensor) -> torch.Tensor:
-    """A float additive mask with `transformers`' finfo.min entries turned into -inf."""
+def _as_minus_inf(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """A float additive mask with `transformers`' finfo.min entries turned into -inf; None if it is
+    exactly the full causal mask (or absent)."""
+    if mask is None:
+        return None
     mask = mask.float()
-    return mask.masked_fill(mask <= torch.finfo(torch.float32).min / 2, float("-inf"))
+    mask = mask.masked_fill(mask <= torch.finfo(torch.float32).min / 2, float("-inf"))
+    T_q, T_k = mask.shape[-2:]
+    causal = torch.ones(T_q, T_k, dtype=torch.bool, device=mask.device).tril()
+    if T_q == T_k and bool((torch.isfinite(mask) == causal).all()) and bool((mask[..., causal] == 0).all()):
+        return None
+    return mask
+
+
+def _causal_mask(T: int, device=None) -> torch.Tensor:
+    """(T, T) additive: 0 where key j <= query i, -inf above the diagonal."""
+    return torch.full((T, T), float("-inf"), device=device).triu(1)
 
 
 def _capture_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """The registered attention function: record (q, k, scaling, mask), then `transformers`' SDPA."""
-    T_q, T_k = query.shape[-2], key.shape[-2]
     scaling = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
     groups = query.shape[1] // key.shape[1]
-    if attention_mask is None:  # no mask built: plain causal attention
-        bias = torch.full((T_q, T_k), float("-inf"), device=query.device).triu(1)[None, None]
-    else:
-        bias = _as_minus_inf(attention_mask[..., :T_k])
+    mask = None if attention_mask is None else _as_minus_inf(attention_mask[..., : key.shape[-2]])
     _records.append(LayerQK(query.detach().float(), key.repeat_interleave(groups, dim=1).detach().float(),
-                            scaling, bias))
+                            scaling, mask))
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   **kwargs)
 
@@ -103,11 +113,12 @@ def _bloom_hooks(model, records: list[LayerQK]) -> list:
         alibi, mask = kwargs["alibi"], kwargs["attention_mask"]
         B, T, _ = hidden.shape
         q, k, _ = module._reshape(module.query_key_value(hidden))  # (B, H, T, d) each
-        alibi = alibi.view(B, module.num_heads, 1, -1).float()  # (B, H, 1, T): slope · j
-        bias = module.beta * alibi + (_as_minus_inf(mask) if mask is not None else 0.0)
-        slopes = (alibi[0, :, 0, 1] - alibi[0, :, 0, 0]).detach()  # the model's own m_h
+        alibi = module.beta * alibi.view(B, module.num_heads, -1).float()  # (B, H, T): slope · j
+        slopes = alibi[0, :, 1] - alibi[0, :, 0]  # the model's own m_h
+        if not torch.allclose(alibi, slopes[None, :, None] * torch.arange(alibi.shape[-1], device=alibi.device)):
+            raise ValueError("BLOOM's ALiBi tensor is not slope · key index (padding?): capture needs unpadded input")
         records.append(LayerQK(q.detach().float(), k.detach().float(), float(module.inv_norm_factor),
-                               bias.detach(), slopes))
+                               _as_minus_inf(mask), slopes.detach()))
 
     attention = type(model.transformer.h[0].self_attention)
     return [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules() if isinstance(m, attention)]
@@ -183,12 +194,13 @@ def capture(model, input_ids: torch.Tensor) -> tuple[torch.Tensor, list[LayerQK]
 
 def _scores(layer: LayerQK, form: str) -> torch.Tensor:
     """(B, H, T, T) scores of one captured layer, in the raw or the relative form."""
-    scores = layer.scaling * layer.q @ layer.k.transpose(-1, -2) + layer.bias  # (B, H, T, T)
-    if form == "relative" and layer.slopes is not None:
-        T = scores.shape[-1]
-        rows = torch.arange(T, dtype=scores.dtype, device=scores.device)
-        scores = scores - layer.slopes.to(scores)[:, None, None] * rows[:, None]  # slope·j − slope·i = −m·(i−j)
-    return scores
+    scores = layer.scaling * layer.q @ layer.k.transpose(-1, -2)  # (B, H, T, T)
+    T = scores.shape[-1]
+    if layer.slopes is not None:
+        pos = torch.arange(T, dtype=scores.dtype, device=scores.device)
+        offset = pos[None, :] if form == "raw" else pos[None, :] - pos[:, None]  # slope·j, or −slope·(i−j)
+        scores = scores + layer.slopes.to(scores)[:, None, None] * offset
+    return scores + (_causal_mask(T, scores.device) if layer.mask is None else layer.mask)
 
 
 def _check_choice(name: str, value: str, choices: tuple) -> None:
@@ -208,12 +220,6 @@ def attention_scores(model, input_ids: torch.Tensor, form: str = "raw") -> list[
     return [_scores(layer, form) for layer in layers]
 
 
-def _is_causal(bias: torch.Tensor) -> bool:
-    T = bias.shape[-1]
-    allowed = torch.isfinite(bias)
-    return bool((allowed == torch.ones(T, T, dtype=torch.bool, device=bias.device).tril()).all())
-
-
 def layer_expected_scores(layer: LayerQK, method: str = "fft", form: str = "relative") -> torch.Tensor:
     """ŝ (H, T) of one captured layer, averaged over the batch (Sun et al. 2022, §4.3 Eq. 11).
 
@@ -229,7 +235,7 @@ def layer_expected_scores(layer: LayerQK, method: str = "fft", form: str = "rela
     if form == "raw" and layer.slopes is not None:
         raise ValueError("the raw form of ALiBi (slope · key index) is not a function of distance: "
                          "use method='explicit' for form='raw'")
-    if not _is_causal(layer.bias):
+    if layer.mask is not None:
         raise ValueError("the model's mask is not the full causal one (padding, a sliding window or BCA): "
                          "the FFT estimator assumes it; use method='explicit'")
     s_hat = expected_scores_fft(layer.q, layer.k, layer.scaling)  # (H, T)

@@ -364,7 +364,7 @@ def measure_pretrained(name: str, lengths=(1, 2), n_windows: int = 4, method: st
     records like :func:`attnres_helpers.store.records`. Needs the internet for a hub name."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .data import load_splits
+    from .data import eval_windows, load_splits
     from .store import Profile, records
 
     _check_choice("method", method, METHODS)
@@ -388,8 +388,8 @@ def measure_pretrained(name: str, lengths=(1, 2), n_windows: int = 4, method: st
             raise ValueError(f"length multiple {k} of the context {L} gives fewer than 2 tokens")
         if ids.numel() < n_windows * (T + 1):
             raise ValueError(f"the held-out text has {ids.numel()} tokens, too few for {n_windows} windows of {T + 1}")
-        windows = ids[: n_windows * (T + 1)].view(n_windows, T + 1)
-        s_hat, nll = torch.zeros(()), torch.zeros(T, dtype=torch.float64)
+        windows = eval_windows(ids, T, n_windows)  # (n_windows, T+1), as for our own models
+        s_hat, nll = 0.0, torch.zeros(T, dtype=torch.float64)
         for w in windows:
             logits, layers = capture(model, w[None, :-1])
             s_hat = s_hat + torch.stack([layer_expected_scores(layer, method) for layer in layers]) / n_windows
@@ -398,11 +398,6 @@ def measure_pretrained(name: str, lengths=(1, 2), n_windows: int = 4, method: st
                 "architecture": model.config.model_type}
         profiles.append(Profile(name.strip("/").replace("/", "--"), meta, T, False, s_hat.float(), nll))
     return records(profiles)
-
-
-def n_parameters(model) -> int:
-    """Distinct parameters (tied matrices counted once)."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
 __all__ = ["SUPPORTED", "LayerQK", "capture", "attention_scores", "expected_scores", "layer_expected_scores",

@@ -132,13 +132,19 @@ class Correlation:
         return f"ρ = {self.rho:+.2f} [{self.low:+.2f}, {self.high:+.2f}] (n = {self.n}{p})"
 
 
-def cluster_correlations(predictors: dict[str, np.ndarray], outcome: np.ndarray, clusters,
-                         n_resamples: int = 10000, confidence_level: float = 0.95, rng=0) -> dict[str, Correlation]:
-    """:class:`Correlation` of each predictor with the outcome, all on the same cluster resamples."""
+def _cluster_correlations(predictors: dict[str, np.ndarray], outcome: np.ndarray, clusters, n_resamples: int,
+                          confidence_level: float, rng) -> tuple[dict[str, "Correlation"], np.ndarray]:
+    """:class:`Correlation` of each predictor with the outcome, and the replicates (n_resamples, predictors)."""
     names = list(predictors)
     reps = cluster_bootstrap_spearmans([predictors[k] for k in names], outcome, clusters, n_resamples, rng)
     return {k: Correlation(spearman(predictors[k], outcome), *percentile_interval(reps[:, j], confidence_level),
-                           len(outcome)) for j, k in enumerate(names)}
+                           len(outcome)) for j, k in enumerate(names)}, reps
+
+
+def cluster_correlations(predictors: dict[str, np.ndarray], outcome: np.ndarray, clusters,
+                         n_resamples: int = 10000, confidence_level: float = 0.95, rng=0) -> dict[str, Correlation]:
+    """:class:`Correlation` of each predictor with the outcome, all on the same cluster resamples."""
+    return _cluster_correlations(predictors, outcome, clusters, n_resamples, confidence_level, rng)[0]
 
 
 @dataclass(frozen=True)
@@ -177,12 +183,11 @@ def run_plan(points: list[Point], outcome: str = OUTCOME, predictor: str = PREDI
         "R(2L) mean": column(points, "R(2L) mean"),
     }
     common = {"n_resamples": n_resamples, "rng": rng}
-    cors = cluster_correlations(predictors, y, settings, confidence_level=confidence_level, **common)
+    cors, reps = _cluster_correlations(predictors, y, settings, n_resamples, confidence_level, rng)
     _, p_value = spearman_permutation_test(predictors[predictor], y, **common)
     primary = cors.pop(predictor)
     primary = Correlation(primary.rho, primary.low, primary.high, primary.n, p_value)
-    reps = cluster_bootstrap_spearmans([predictors[predictor], bca], y, settings, **common)
-    diff = np.abs(reps[:, 0]) - np.abs(reps[:, 1])
+    diff = np.abs(reps[:, 0]) - np.abs(reps[:, 1])  # columns in the order of `predictors`: R, then BCA
     beats = (abs(primary.rho) - abs(cors["BCA indicator"].rho), *percentile_interval(diff, confidence_level))
     within = {}
     for flag in (False, True):

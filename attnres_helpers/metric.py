@@ -265,7 +265,7 @@ class ScoreAccumulator:
         return _back(_mean_from(self._sums, self._counts), self._was_numpy)
 
 
-def _mean_over_heads(t: torch.Tensor) -> torch.Tensor:
+def mean_over_heads(t: torch.Tensor) -> torch.Tensor:
     """ŝ averaged over the head axis (-2), each distance over the heads where it is not masked.
 
     A -inf (masked) entry drops out of that distance's mean; a distance that is -inf in
@@ -304,7 +304,7 @@ def layer_resolution(s_hat, head_mode: HeadMode = "mean-scores", boundary: Bound
     if not t.is_floating_point():
         t = t.double()  # integer tensors cannot be averaged over heads
     if head_mode == "mean-scores":
-        out = resolution(_mean_over_heads(t), boundary)
+        out = resolution(mean_over_heads(t), boundary)
     else:
         out = resolution(t, boundary).mean(-1)
     return _back(out, was_numpy)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import ipywidgets as widgets
 import numpy as np
+import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
@@ -32,7 +33,7 @@ from PIL import Image as PILImage
 
 from .encodings import DESIGN_CURVES, Param, _check_length, curve_pair, default_params, score_curve
 from .files import atomic_write
-from .metric import BOUNDARIES, HEAD_MODES, Boundary, HeadMode, layer_resolution, resolution
+from .metric import BOUNDARIES, HEAD_MODES, Boundary, HeadMode, layer_resolution, mean_over_heads, resolution
 
 L_RANGE = (16, 2048, 16)  # (min, max, step) of the training-length slider; 2L reaches 4096
 SIG_DIGITS = 3  # significant figures of the readouts
@@ -720,15 +721,6 @@ def trained_catalogue(store_path=None) -> dict:
             "seeds": {e: sorted(s) for e, s in seeds.items()}, "train_len": train_lens.pop(), "layers": layers, "heads": heads}
 
 
-def _finite_mean(t: np.ndarray, axis: int) -> np.ndarray:
-    """Mean over ``axis`` of the entries that are not -inf (masked); -inf where every entry is."""
-    kept = ~np.isneginf(t)
-    count = kept.sum(axis)
-    total = np.where(kept, t, 0.0).sum(axis)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / np.maximum(count, 1), -np.inf)
-
-
 def _check_choice(value, options, what: str):
     if isinstance(value, bool) or value not in options:
         raise ValueError(f"{what} must be one of {list(options)}, got {value!r}")
@@ -772,11 +764,9 @@ def trained_state(catalogue: dict, encoding: str, seed: int, layer="mean", head=
             per_layer = layer_resolution(chosen, head_mode, boundary)  # (layers,)
             R[head_mode, boundary] = float(per_layer.mean()) if layer == "mean" else float(per_layer[layer])
     layers = list(range(catalogue["layers"])) if layer == "mean" else [layer]
-    scores = _finite_mean(chosen.numpy()[layers], axis=1)  # (l, T)
-    finite = np.isfinite(scores)
-    shifted = np.where(finite, scores - np.where(finite, scores, -np.inf).max(-1, keepdims=True), -np.inf)
-    weights = np.exp(shifted)
-    weights /= weights.sum(-1, keepdims=True)  # (l, T)
+    scores = mean_over_heads(chosen[layers])  # (l, T): the mean-scores convention, masked distances stay -inf
+    weights = torch.softmax(scores, dim=-1).numpy()  # (l, T)
+    scores = scores.numpy()
     nll = profile.nll.numpy()
     return {
         "run": profile.run, "encoding": encoding, "seed": seed, "layer": layer, "head": head, "layers": layers,

@@ -260,13 +260,14 @@ def slug(label: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in label).strip("-")
 
 
-def family_specs(seeds=SEEDS, runs_root: Path = FAMILY_RUNS, device: str = "cpu") -> list[RunSpec]:
-    """Every family member for every seed, as RunSpecs (label and changed fields in the metadata),
+def family_specs(seeds=SEEDS, runs_root: Path = FAMILY_RUNS, device: str = "cpu", family: dict = FAMILY,
+                 training: dict = FAMILY_TRAINING) -> list[RunSpec]:
+    """Every member of ``family`` for every seed, as RunSpecs (label and changed fields in the metadata),
     seed by seed: a run stopped early leaves whole seeds of every member, not whole members."""
     return [RunSpec(f"{slug(label)}-s{seed}", model_config(encoding, **params), seed,
-                    Path(runs_root) / f"{slug(label)}-s{seed}", dict(FAMILY_TRAINING),
+                    Path(runs_root) / f"{slug(label)}-s{seed}", dict(training),
                     extra={"config": label, "params": params, "device": device})
-            for seed in seeds for label, (encoding, params) in FAMILY.items()]
+            for seed in seeds for label, (encoding, params) in family.items()]
 
 
 def run_family(store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu", jobs: int = 2,
@@ -280,6 +281,65 @@ def family_dataset(store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu",
     about = {"command": FAMILY_COMMAND + (f" --device {device}" if device != "cpu" else ""), "measure": MEASURE,
              "training": FAMILY_TRAINING, "device": device, "plan": "data/results/family_plan.md"}
     return Dataset(Path(store), family_specs(seeds, runs_root, device), about, torch.float16)
+
+
+# The v2 family (plan: data/results/family_plan_v2.md, committed before any of it was trained): v1's 21
+# settings plus two learned relative biases, at the default's training (TRAINING, 1600 steps), where
+# notebook 03's reversal holds. Five settings are exactly notebook 03's configuration (SHIPPED_AS): seed 0
+# of each is trained again, and where it equals the shipped checkpoint byte for byte, seeds 1 and 2 are
+# taken from data/checkpoints/ (verified) instead of being trained again.
+FAMILY_V2 = {**FAMILY, "t5 bias": ("t5", {}), "kerple log": ("kerple", {})}
+FAMILY_V2_RUNS = ROOT / "runs" / "family_v2"
+FAMILY_V2_STORE = DATA / "results" / "family_v2.safetensors"
+FAMILY_V2_COMMAND = "python -m attnres_helpers family-v2"
+SHIPPED_AS = {"rope base 10000": "rope", "xpos B 64": "xpos", "alibi slopes x1": "alibi",
+              "sinusoidal": "sinusoidal", "nope": "nope"}
+EXTRA_SEEDS = (3, 4)  # of the RoPE-base and xPos-B settings, if time allows (a labelled secondary analysis)
+
+
+def extra_seed_settings(family: dict = FAMILY_V2) -> list[str]:
+    """The RoPE-base and xPos scale-base settings (γ at its default): those that get seeds 3 and 4."""
+    return [label for label in family if label.startswith(("rope base", "xpos B")) and "gamma" not in label]
+
+
+def reuse_shipped(runs_root: Path = FAMILY_V2_RUNS, shipped: Path = CHECKPOINTS) -> dict[str, bool]:
+    """For each setting of SHIPPED_AS whose seed 0 has been trained in ``runs_root``: True (and seeds 1, 2
+    copied in from ``shipped``, after verifying its SHA256SUMS) where that seed 0's model.safetensors
+    equals the shipped seed 0 byte for byte; False where it differs (those seeds are then trained)."""
+    verify_checkpoints(shipped)
+    reused = {}
+    for label, encoding in SHIPPED_AS.items():
+        retrained = Path(runs_root) / f"{slug(label)}-s0" / "model.safetensors"
+        if not retrained.is_file():
+            continue
+        reused[label] = retrained.read_bytes() == (checkpoint_dir(encoding, 0, shipped) / "model.safetensors").read_bytes()
+        if not reused[label]:
+            continue
+        for seed in (1, 2):
+            target = Path(runs_root) / f"{slug(label)}-s{seed}"
+            for name in ("model.safetensors", "config.json"):  # model first: config.json marks a finished run
+                data = (checkpoint_dir(encoding, seed, shipped) / name).read_bytes()
+                atomic_write(target / name, lambda tmp, data=data: Path(tmp).write_bytes(data))
+    return reused
+
+
+def train_family_v2(runs_root: Path = FAMILY_V2_RUNS, jobs: int = 2, extra_seeds: bool = True,
+                    progress: bool = True) -> dict[str, bool]:
+    """Train the v2 family into ``runs_root`` (resumable): seed 0 of every setting (the five shipped ones
+    first), then :func:`reuse_shipped`, then seeds 1 and 2, then (``extra_seeds``) seeds 3 and 4 of the
+    RoPE-base and xPos-B settings. Returns what reuse_shipped found."""
+    def runs(seeds, labels=None):
+        specs = family_specs(seeds, runs_root, family=FAMILY_V2, training=TRAINING)
+        specs = [s for s in specs if labels is None or s.extra["config"] in labels]
+        specs.sort(key=lambda s: (s.seed, s.extra["config"] not in SHIPPED_AS))  # stable: FAMILY_V2 order
+        return [(s.cfg, s.seed, s.out_dir) for s in specs]
+
+    train_all(runs((0,)), jobs=jobs, progress=progress)
+    reused = reuse_shipped(runs_root)
+    train_all(runs((1, 2)), jobs=jobs, progress=progress)
+    if extra_seeds:
+        train_all(runs(EXTRA_SEEDS, extra_seed_settings()), jobs=jobs, progress=progress)
+    return reused
 
 
 # Hugging Face's own architectures (notebook 06): Llama (RoPE), BLOOM (ALiBi) and GPT-2 (learned absolute

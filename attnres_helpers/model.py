@@ -10,6 +10,11 @@ Pre-LN blocks, tied byte embeddings, GELU MLP. The position encoding is one of
   the paper's ratio of B = 512 to L = 1024).
 - ``alibi``: Press et al. 2022, score − m_h·(i − j), slopes m_h = 2^{-8h/H}, h = 1..H.
 - ``nope``: no positional signal; the causal mask carries position implicitly.
+- ``t5``: Raffel et al. 2020 §2.1, a learned scalar per head and distance bucket added to the
+  score (32 causal buckets: 16 exact distances, the rest log-spaced up to max_distance = max(L, 32)
+  (T5's own 128 at the default L), every farther distance in the last bucket); each layer has its own table, initialised to zero.
+- ``kerple``: Chi et al. 2022, the log kernel −p_h·log(1 + a_h·(i − j)) added to the score, with
+  p_h, a_h learned per head and layer, clamped to >= 0.01 as in the official code; initialised to 1.
 
 ``forward`` trains with ``F.scaled_dot_product_attention``; ``forward_with_scores`` runs
 the same weights through an explicit softmax and returns every layer's pre-softmax
@@ -27,7 +32,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-MODEL_ENCODINGS = ("sinusoidal", "rope", "xpos", "alibi", "nope")  # the trainable encodings
+MODEL_ENCODINGS = ("sinusoidal", "rope", "xpos", "alibi", "nope", "t5", "kerple")  # the trainable encodings
+LEARNED_BIASES = ("t5", "kerple")  # additive biases with learned parameters (one set per layer)
+T5_BUCKETS = 32
+KERPLE_MIN = 0.01  # KERPLE's clamp of p and a (Chi et al. 2022, official code)
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,17 @@ def blockwise_causal_mask(T: int, block: int) -> torch.Tensor:
     return (j <= i) & (j >= (i // block - 1) * block)
 
 
+def t5_buckets(distance: torch.Tensor, num_buckets: int = T5_BUCKETS, max_distance: int = 128) -> torch.Tensor:
+    """T5's causal bucket of each distance n >= 0 (Raffel et al. 2020; the same function as
+    ``encodings.t5_buckets``): n itself for n < num_buckets/2, then log-spaced up to max_distance,
+    every farther distance in bucket num_buckets − 1."""
+    exact = num_buckets // 2
+    n = distance.clamp(min=0)
+    log_spaced = exact + (torch.log(n.clamp(min=exact).double() / exact) / math.log(max_distance / exact)
+                          * (num_buckets - exact)).long()
+    return torch.where(n < exact, n, log_spaced.clamp(max=num_buckets - 1))
+
+
 class PositionInfo:
     """Everything one forward pass needs about positions, built once and shared by all layers."""
 
@@ -151,11 +170,14 @@ class PositionInfo:
         self.rotary = None
         if cfg.encoding in ("rope", "xpos"):
             self.rotary = self._rotary(cfg, T, device)
-        self.bias = None  # additive score bias (H, T, T), ALiBi only
+        self.bias = None  # fixed additive score bias (H, T, T), ALiBi only
+        self.distance = None  # i − j clamped at 0 (T, T), for the learned biases of each layer
+        if cfg.encoding in ("alibi", *LEARNED_BIASES):
+            self.distance = (torch.arange(T, device=device)[:, None] - torch.arange(T, device=device)[None, :]).clamp(min=0)
         if cfg.encoding == "alibi":
-            dist = (torch.arange(T, device=device)[:, None] - torch.arange(T, device=device)[None, :]).float()
             slopes = alibi_slopes(cfg.n_head).to(device) * cfg.alibi_slope_scale
-            self.bias = -slopes[:, None, None] * dist.clamp(min=0)  # (H, T, T)
+            self.bias = -slopes[:, None, None] * self.distance.float()  # (H, T, T)
+        self.buckets = t5_buckets(self.distance, T5_BUCKETS, max(cfg.train_len, T5_BUCKETS)) if cfg.encoding == "t5" else None
 
     @staticmethod
     def _rotary(cfg: ModelConfig, T: int, device):
@@ -173,13 +195,15 @@ class PositionInfo:
             q_scale = k_scale = torch.ones_like(angle)
         return angle.cos(), angle.sin(), q_scale, k_scale
 
-    def sdpa_mask(self):
-        """What F.scaled_dot_product_attention needs: None (plain causal) or a float/bool mask."""
-        if self.bias is None and not self.bca:
+    def sdpa_mask(self, bias: torch.Tensor | None = None):
+        """What F.scaled_dot_product_attention needs: None (plain causal) or a float/bool mask;
+        ``bias`` (H, T, T) is a layer's learned bias, used in place of the fixed one."""
+        bias = self.bias if bias is None else bias
+        if bias is None and not self.bca:
             return None
-        if self.bias is None:
+        if bias is None:
             return self.allowed
-        return self.bias.masked_fill(~self.allowed, float("-inf"))  # (H, T, T)
+        return bias.masked_fill(~self.allowed, float("-inf"))  # (H, T, T)
 
 
 def apply_rotary(x: torch.Tensor, cos, sin, scale) -> torch.Tensor:
@@ -195,6 +219,20 @@ class CausalSelfAttention(nn.Module):
         self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        if cfg.encoding == "t5":
+            self.t5_bias = nn.Parameter(torch.zeros(T5_BUCKETS, cfg.n_head))  # (buckets, H)
+        if cfg.encoding == "kerple":
+            self.kerple_p = nn.Parameter(torch.ones(cfg.n_head))  # (H,)
+            self.kerple_a = nn.Parameter(torch.ones(cfg.n_head))  # (H,)
+
+    def learned_bias(self, pos: PositionInfo) -> torch.Tensor | None:
+        """This layer's learned additive bias (H, T, T) for T5 or KERPLE-log, else None."""
+        if pos.buckets is not None:
+            return self.t5_bias[pos.buckets].permute(2, 0, 1)  # (T, T, H) -> (H, T, T)
+        if pos.cfg.encoding == "kerple":
+            p, a = (t.clamp(min=KERPLE_MIN)[:, None, None] for t in (self.kerple_p, self.kerple_a))
+            return -p * torch.log1p(a * pos.distance.float())  # (H, T, T)
+        return None
 
     def forward(self, x: torch.Tensor, pos: PositionInfo, capture: bool = False):
         B, T, C = x.shape
@@ -203,15 +241,17 @@ class CausalSelfAttention(nn.Module):
         if pos.rotary is not None:
             cos, sin, q_scale, k_scale = pos.rotary
             q, k = apply_rotary(q, cos, sin, q_scale), apply_rotary(k, cos, sin, k_scale)
+        bias = self.learned_bias(pos)
+        bias = pos.bias if bias is None else bias  # (H, T, T) or None
         if capture:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, H, T, T)
-            if pos.bias is not None:
-                scores = scores + pos.bias
+            if bias is not None:
+                scores = scores + bias
             scores = scores.masked_fill(~pos.allowed, float("-inf"))
             y = torch.softmax(scores, dim=-1) @ v  # (B, H, T, hd)
         else:
             scores = None
-            mask = pos.sdpa_mask()
+            mask = pos.sdpa_mask(bias)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.proj(y), scores

@@ -15,12 +15,19 @@ from attnres_helpers.model import (
     blockwise_causal_mask,
     preset,
 )
+from attnres_helpers.encodings import t5_buckets as t5_buckets_np
 from attnres_helpers.store import Profile, records
 
 
 def tiny(encoding, **kw):
+    """A random tiny model; the learned biases (zero and one at initialisation) get random values too."""
     torch.manual_seed(0)
-    return Transformer(preset("tiny", encoding=encoding, **kw)).eval()
+    model = Transformer(preset("tiny", encoding=encoding, **kw)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "t5_bias" in name or "kerple" in name:
+                p.uniform_(0.2, 2.0) if "kerple" in name else p.normal_()
+    return model
 
 
 @pytest.mark.parametrize("encoding", MODEL_ENCODINGS)
@@ -51,7 +58,8 @@ def manual_first_layer_scores(model, x):
         pe[:, 1::2] = torch.cos(pos / 10000 ** (i / cfg.d_model))
         h = h * math.sqrt(cfg.d_model) + pe
     h = model.blocks[0].ln_1(h)
-    q, k, _ = model.blocks[0].attn.qkv(h).split(cfg.d_model, dim=2)
+    attn = model.blocks[0].attn
+    q, k, _ = attn.qkv(h).split(cfg.d_model, dim=2)
     q = q.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2)
     k = k.view(B, T, cfg.n_head, cfg.head_dim).transpose(1, 2)
     s = torch.zeros(B, cfg.n_head, T, T)
@@ -74,6 +82,11 @@ def manual_first_layer_scores(model, x):
             s[:, :, i, j] = dot / math.sqrt(cfg.head_dim)
             if cfg.encoding == "alibi":
                 s[:, :, i, j] -= alibi_slopes(cfg.n_head) * cfg.alibi_slope_scale * (i - j)
+            if cfg.encoding == "t5":  # the table of layer 0 at T5's bucket (encodings' numpy version)
+                s[:, :, i, j] += attn.t5_bias[int(t5_buckets_np(T, 32, max(cfg.train_len, 32))[i - j])]
+            if cfg.encoding == "kerple":  # −p·log(1 + a·n), p and a clamped at 0.01
+                p, a = attn.kerple_p.clamp(min=0.01), attn.kerple_a.clamp(min=0.01)
+                s[:, :, i, j] -= p * torch.log(1 + a * (i - j))
     return s
 
 
@@ -258,3 +271,13 @@ def test_measure_on_tiny_model_gives_finite_resolution(encoding):
         assert math.isfinite(r["perplexity_past_L"])
     # an untrained model predicts bytes roughly uniformly: perplexity near 256
     assert 150 < recs[0]["perplexity"] < 400
+
+
+@pytest.mark.parametrize("max_distance", [32, 128, 500])
+def test_t5_buckets_equal_the_design_time_buckets(max_distance):
+    """The model's torch buckets and encodings' numpy buckets are one function (exact, log-spaced, last)."""
+    from attnres_helpers.model import t5_buckets
+
+    got = t5_buckets(torch.arange(2000), 32, max_distance).numpy()
+    want = t5_buckets_np(2000, 32, max_distance)
+    assert (got == want).all() and got[15] == 15 and got[-1] == 31

@@ -93,10 +93,19 @@ def cmd_hf_train(args: argparse.Namespace) -> None:
 
 
 def cmd_measure_hf(args: argparse.Namespace) -> None:
-    """Measure a Hugging Face causal LM (a hub name, with internet, or a local folder) at k × its context."""
-    from .hf import measure_pretrained
+    """Measure a Hugging Face causal LM (a local folder, or a hub name with internet) at k × L; with
+    --store, write its profiles to a store, resumably (window sums in --work)."""
+    from .hf.pretrained import measure_pretrained, measure_pretrained_store
 
-    _print_records(measure_pretrained(args.model, args.lengths, args.windows), args.json)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.store:
+        path = measure_pretrained_store(args.model, args.store, args.lengths, args.bca, args.windows, args.method,
+                                        args.train_len, args.work, args.per_head_up_to)
+        print(f"profiles written to {path}")
+        return
+    _print_records(measure_pretrained(args.model, args.lengths, args.windows, args.method, args.train_len, args.bca,
+                                      progress=not args.json), args.json)
 
 
 FIGURES = (("explorer_default.png", "explorer"), ("trained_explorer_default.png", "trained"))  # in data/figures/
@@ -153,10 +162,19 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
     p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
     p.set_defaults(func=cmd_hf_train)
-    p = subparsers.add_parser("measure-hf", help="measure a Hugging Face causal LM by hub name or local folder")
-    p.add_argument("--model", required=True, help="a hub name (needs the internet) or a local model folder")
-    p.add_argument("--lengths", type=_lengths, default=(1, 2), help="multiples of the trained context, e.g. 1,2")
-    p.add_argument("--windows", type=_positive_int, default=4, help="held-out windows per length")
+    p = subparsers.add_parser("measure-hf", help="measure a Hugging Face causal LM by local folder or hub name")
+    p.add_argument("--model", required=True, help="a local model folder (or a hub name, which needs the internet)")
+    p.add_argument("--train-len", type=_positive_int, default=None,
+                   help="L, the trained context (default: the config's max_position_embeddings or n_positions)")
+    p.add_argument("--lengths", type=_lengths, default=(1, 2), help="multiples of L, e.g. 0.125,1,2")
+    p.add_argument("--bca", type=_lengths, default=(), help="multiples of L also measured with BCA (blocks of L/2)")
+    p.add_argument("--windows", type=_positive_int, default=4, help="held-out windows per length (at most)")
+    p.add_argument("--method", choices=("fft", "explicit"), default="fft", help="how ŝ is computed from the capture")
+    p.add_argument("--threads", type=_non_negative_int, default=0, help="torch CPU threads; 0: torch's default")
+    p.add_argument("--store", default=None, help="write the profiles to this store instead of printing records")
+    p.add_argument("--work", default=None, help="with --store: the resumable window sums (default runs/<store>.work)")
+    p.add_argument("--per-head-up-to", type=_positive_int, default=2048,
+                   help="with --store: keep every head up to this length, the head mean beyond (size)")
     p.add_argument("--json", action="store_true", help="print every record as JSON")
     p.set_defaults(func=cmd_measure_hf)
     p = subparsers.add_parser("figures", help="regenerate the explorers' default pictures in data/figures/")

@@ -14,7 +14,6 @@ the same settings it gives the same profiles. Records (R, perplexities) are quer
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 import time
@@ -26,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .data import load_splits
+from . import files
 from .files import atomic_write, write_text_atomic
 from .measure import measure_model
 from .metric import Boundary
@@ -57,36 +57,15 @@ def checkpoint_dir(encoding: str, seed: int, root: Path = CHECKPOINTS) -> Path:
 
 
 def sha256sums(root: Path = CHECKPOINTS) -> str:
-    """``sha256  relative/path`` lines for every shipped checkpoint file, sorted."""
-    lines = []
-    for path in sorted(Path(root).glob("*/*")):
-        if path.suffix in (".safetensors", ".json"):
-            lines.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.relative_to(root)}")
-    return "\n".join(lines) + "\n"
+    """``sha256  relative/path`` lines for every file under ``root`` but SHA256SUMS, sorted."""
+    return files.sha256sums(root)
 
 
-def verify_checkpoints(root: Path = CHECKPOINTS) -> None:
-    """Check every checkpoint file under ``root`` against ``root/SHA256SUMS``: a file that is missing,
-    extra or changed raises a ValueError naming it (a tampered config.json or weight byte is caught
-    before any model is built)."""
-    root = Path(root)
-    sums_path = root / "SHA256SUMS"
-    if not sums_path.is_file():
-        raise FileNotFoundError(f"{sums_path} is missing; regenerate the checkpoints with `{REPRODUCE_COMMAND}`")
-    expected = {}
-    for line in sums_path.read_text().splitlines():
-        digest, _, name = line.partition("  ")
-        if len(digest) != 64 or not name:
-            raise ValueError(f"{sums_path} has a malformed line: {line!r}")
-        expected[name] = digest
-    actual = dict(reversed(line.split("  ", 1)) for line in sha256sums(root).splitlines())
-    for name in sorted(set(expected) | set(actual)):
-        if name not in actual:
-            raise ValueError(f"checkpoint file {root / name} is listed in SHA256SUMS but missing")
-        if name not in expected:
-            raise ValueError(f"checkpoint file {root / name} is not listed in SHA256SUMS")
-        if actual[name] != expected[name]:
-            raise ValueError(f"checkpoint file {root / name} does not match SHA256SUMS (corrupt or tampered)")
+def verify_checkpoints(root: Path = CHECKPOINTS, fix: str = REPRODUCE_COMMAND) -> None:
+    """Check every file under ``root`` against ``root/SHA256SUMS`` (:func:`files.verify_sha256sums`): a
+    file that is missing, unlisted or changed raises a ValueError naming it (a tampered config.json or
+    weight byte is caught before any model is built); ``fix`` is the command that regenerates ``root``."""
+    files.verify_sha256sums(root, fix)
 
 
 def model_config(encoding: str, **overrides) -> ModelConfig:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -30,3 +31,60 @@ def _umask() -> int:
 def write_text_atomic(path: Path, text: str) -> None:
     """``path.write_text(text)``, atomically."""
     atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+MAX_HASHED_BYTES = 2 << 30  # no file this project verifies is near 2 GiB; anything larger is refused unread
+SUMS_FILE = "SHA256SUMS"
+
+
+def sha256_file(path: Path, max_bytes: int = MAX_HASHED_BYTES) -> str:
+    """The sha256 of a regular file, read in 1 MiB pieces (never whole), refusing links, devices and
+    files over ``max_bytes`` with an error that names them."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_file():
+        raise ValueError(f"{path} is not a regular file (a link, a device or a folder): refused")
+    if path.stat().st_size > max_bytes:
+        raise ValueError(f"{path} is {path.stat().st_size} bytes, over the {max_bytes}-byte bound: refused")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for piece in iter(lambda: f.read(1 << 20), b""):
+            digest.update(piece)
+            if f.tell() > max_bytes:  # the file grew while it was read
+                raise ValueError(f"{path} grew past the {max_bytes}-byte bound while it was hashed: refused")
+    return digest.hexdigest()
+
+
+def sha256sums(root: Path) -> str:
+    """``sha256  relative/path`` lines for every file under ``root`` (any depth) but SHA256SUMS, sorted."""
+    root = Path(root)
+    files = sorted(p for p in root.rglob("*") if p.name != SUMS_FILE and (p.is_file() or p.is_symlink()))
+    return "".join(f"{sha256_file(p)}  {p.relative_to(root).as_posix()}\n" for p in files)
+
+
+def verify_sha256sums(root: Path, fix: str) -> None:
+    """Check every file under ``root`` against ``root/SHA256SUMS``: a file that is missing, unlisted
+    (at any depth, whatever its name) or changed, a link, or a malformed SHA256SUMS raises an error
+    naming it; ``fix`` is the command that regenerates the folder, quoted in the messages."""
+    root = Path(root)
+    sums_path = root / SUMS_FILE
+    if not sums_path.is_file():
+        raise FileNotFoundError(f"{sums_path} is missing; regenerate the folder with `{fix}`")
+    try:
+        text = sums_path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{sums_path} is not a text file; regenerate the folder with `{fix}`") from None
+    expected = {}
+    for line in text.splitlines():
+        digest, _, name = line.partition("  ")
+        if len(digest) != 64 or not name or name.startswith("/") or ".." in Path(name).parts:
+            raise ValueError(f"{sums_path} has a malformed line: {line[:80]!r}")
+        expected[name] = digest
+    present = {p.relative_to(root).as_posix() for p in root.rglob("*")
+               if p.name != SUMS_FILE and (p.is_file() or p.is_symlink())}
+    for name in sorted(expected.keys() - present):
+        raise ValueError(f"{root / name} is listed in {SUMS_FILE} but missing; regenerate with `{fix}`")
+    for name in sorted(present - expected.keys()):
+        raise ValueError(f"{root / name} is not listed in {SUMS_FILE}: refused (remove it, or regenerate with `{fix}`)")
+    for name in sorted(expected):
+        if sha256_file(root / name) != expected[name]:
+            raise ValueError(f"{root / name} does not match {SUMS_FILE} (corrupt or tampered); regenerate with `{fix}`")

@@ -3,7 +3,9 @@
 The estimator is the paper's (Sun et al. 2022, §4.3 Eq. 11): ŝ[n] is the mean of the
 n-th causal sub-diagonal of the pre-softmax scores, averaged over held-out windows.
 What a measurement keeps is ŝ (layers, H, T) and the per-position NLL (T,) of the same
-windows (:class:`attnres_helpers.store.Profile`); R per layer under either head convention
+windows, and the mean score of each query on key 0 (so that the first-token sink can be taken out of ŝ
+as a query, :meth:`attnres_helpers.store.Profile.sink_free_s_hat`)
+(:class:`attnres_helpers.store.Profile`); R per layer under either head convention
 and boundary, and perplexity before and past L, are queries over them
 (:func:`attnres_helpers.store.records`).
 """
@@ -15,7 +17,6 @@ import torch.nn.functional as F
 
 from .data import eval_windows
 from .metric import ScoreAccumulator
-from .model import ModelConfig
 from .store import Profile
 
 
@@ -37,14 +38,16 @@ def attention_scores(model, tokens: torch.Tensor, bca: bool = False) -> list[tor
 def measure_windows(model, windows: torch.Tensor, bca: bool = False, batch_size: int = 8) -> dict:
     """Run held-out ``windows (n, T+1)`` through the model.
 
-    Returns ``s_hat (layers, H, T)`` (ŝ averaged over every window) and ``nll (T,)``,
-    the mean next-token negative log-likelihood at each position.
+    Returns ``s_hat (layers, H, T)`` (ŝ averaged over every window), ``key0 (layers, H, T)`` (the
+    mean score of each query on key 0, -inf where masked) and ``nll (T,)``, the mean next-token
+    negative log-likelihood at each position.
     """
     if windows.ndim != 2 or windows.shape[0] < 1 or windows.shape[1] < 3:
         raise ValueError(f"windows must be (n >= 1, T+1 >= 3) token ids, got shape {tuple(windows.shape)}")
     device = next(model.parameters()).device
     accumulators = [ScoreAccumulator() for _ in range(model.cfg.n_layer)]
     nll_sum = torch.zeros(windows.shape[1] - 1, dtype=torch.float64)
+    key0_sum = 0.0
     model.eval()
     for start in range(0, windows.shape[0], batch_size):
         batch = windows[start : start + batch_size].to(device)
@@ -52,10 +55,11 @@ def measure_windows(model, windows: torch.Tensor, bca: bool = False, batch_size:
         logits, scores = model.forward_with_scores(x, bca=bca)
         for acc, layer_scores in zip(accumulators, scores):
             acc.update(layer_scores)  # (b, H, T, T)
+        key0_sum = key0_sum + torch.stack([s[..., 0].double().sum(0) for s in scores]).cpu()  # (layers, H, T)
         nll = F.cross_entropy(logits.transpose(1, 2), y, reduction="none")  # (b, T)
         nll_sum += nll.double().sum(0).cpu()
     s_hat = torch.stack([acc.mean() for acc in accumulators])  # (layers, H, T)
-    return {"s_hat": s_hat, "nll": nll_sum / windows.shape[0]}
+    return {"s_hat": s_hat, "key0": key0_sum / windows.shape[0], "nll": nll_sum / windows.shape[0]}
 
 
 def measure_model(model, val_tokens: torch.Tensor, run: str, meta: dict, multiples=(1, 2, 4), n_windows: int = 32,
@@ -69,14 +73,13 @@ def measure_model(model, val_tokens: torch.Tensor, run: str, meta: dict, multipl
     """
     cfg = model.cfg
     meta = {**meta, "encoding": cfg.encoding, "train_len": cfg.train_len}
-    bca_ok = isinstance(cfg, ModelConfig) and cfg.encoding != "sinusoidal"  # BCA needs our relative encodings
     profiles = []
     for k in multiples:
         T = k * cfg.train_len
         windows = eval_windows(val_tokens, T, n_windows)  # (n, T+1)
         for bca in (False, True):
-            if bca and not bca_ok:
+            if bca and not model.supports_bca:
                 continue
             m = measure_windows(model, windows, bca=bca, batch_size=batch_size)
-            profiles.append(Profile(run, meta, T, bca, m["s_hat"].float().cpu(), m["nll"].cpu()))
+            profiles.append(Profile(run, meta, T, bca, m["s_hat"].float().cpu(), m["nll"].cpu(), m["key0"].float()))
     return profiles

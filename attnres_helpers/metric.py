@@ -21,6 +21,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 BOUNDARIES = ("zero", "drop")
 HEAD_MODES = ("mean-scores", "mean-R")
@@ -191,17 +192,54 @@ def expected_scores(logits):
     return _back(_mean_from(sums, counts).to(torch.promote_types(t.dtype, torch.float32)), was_numpy)
 
 
-def expected_scores_fft(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """Eq. 11 under a full causal mask, from queries and keys instead of the score matrix:
-    ``q, k (B, H, T, d) -> ŝ (H, T)``, averaged over the batch, with
+def diagonal_counts(T: int, block: int | None = None, device=None) -> torch.Tensor:
+    """How many (query, key) pairs a window of ``T`` tokens has at each distance n, ``(T,)`` float64.
 
-        ŝ[n] = scale · 1/(T−n) · Σ_{i=n}^{T−1} q_i · k_{i−n}     (scale = 1/√d by default),
+    Full causal mask (``block`` None): T − n. Blockwise causal attention with blocks of ``block``
+    (Sun et al. 2022, §3.3; query i sees key j when (i // block − 1)·block <= j <= i): T − n for
+    n < block, then for block <= n < 2·block one pair for each query whose offset in its block is at
+    least n − block, and 0 from 2·block on.
+    """
+    n = torch.arange(T, dtype=torch.float64, device=device)
+    if block is None:
+        return T - n
+    _check_block(T, block)
+    offsets = torch.arange(T, device=device) % block  # (T,): each query's offset in its block
+    past_first = torch.arange(T, device=device) >= block  # only queries after the first block reach back
+    lag = (n - block).clamp(min=0)  # (T,)
+    partial = ((offsets[None, :] >= lag[:, None]) & past_first[None, :]).sum(-1).double()  # (T,) for n >= block
+    return torch.where(n < block, T - n, torch.where(n < 2 * block, partial, torch.zeros_like(n)))
 
-    a cross-correlation along time, computed by FFT (zero-padded to at least 2T−1, so nothing wraps)
-    in O(T log T · d) time and O(T · d) memory per head, in float64. It never builds the (T, T)
-    scores, so it reaches lengths where :func:`expected_scores` cannot. Additive biases that depend
-    only on the distance (ALiBi's −m·n) are added to the result by the caller; masks other than the
-    full causal one (BCA) need the explicit path.
+
+def _check_block(T: int, block) -> None:
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be a positive integer (BCA's L/2), got {block!r}")
+
+
+def _correlation(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Σ_i q_i · k_{i−n} for n = 0..T−1 along axis -2 of (..., T, d), in float64 by FFT: (..., T)."""
+    T = q.shape[-2]
+    n_fft = 1 << (2 * T - 1).bit_length()  # a power of two >= 2T - 1: nothing wraps
+    Q = torch.fft.rfft(q.double(), n=n_fft, dim=-2)  # (..., F, d)
+    K = torch.fft.rfft(k.double(), n=n_fft, dim=-2)
+    return torch.fft.irfft((Q * K.conj()).sum(-1), n=n_fft, dim=-1)[..., :T]
+
+
+def expected_scores_fft(q: torch.Tensor, k: torch.Tensor, scale: float | None = None,
+                        block: int | None = None) -> torch.Tensor:
+    """Eq. 11 from queries and keys instead of the score matrix: ``q, k (B, H, T, d) -> ŝ (H, T)``,
+    averaged over the batch, with
+
+        ŝ[n] = scale · 1/c[n] · Σ_{(i, i−n) unmasked} q_i · k_{i−n}     (scale = 1/√d by default),
+
+    c[n] the pair counts of :func:`diagonal_counts`. Under the full causal mask the sum is a
+    cross-correlation along time, computed by FFT (zero-padded to at least 2T−1, so nothing wraps)
+    in O(T log T · d) time and O(T · d) memory per head, in float64. Under BCA (``block`` = L/2)
+    distances n < block keep every pair, and for block <= n < 2·block the pairs join each query
+    block to the block before it, so their sum is the correlation of those two blocks at lag
+    n − block (one more FFT of length 2·block); ŝ is -inf from 2·block on, where nothing is seen.
+    It never builds the (T, T) scores. Additive biases that depend only on the distance (ALiBi's
+    −m·n) are added by the caller.
     """
     for name, t in (("q", q), ("k", k)):
         if not isinstance(t, torch.Tensor) or t.ndim != 4 or not t.is_floating_point():
@@ -214,12 +252,45 @@ def expected_scores_fft(q: torch.Tensor, k: torch.Tensor, scale: float | None = 
     if T < 2 or B < 1 or d < 1:
         raise ValueError(f"need B >= 1, T >= 2 and d >= 1, got shape {tuple(q.shape)}")
     scale = 1.0 / d**0.5 if scale is None else float(scale)
-    n_fft = 1 << (2 * T - 1).bit_length()  # a power of two >= 2T - 1
-    Q = torch.fft.rfft(q.double(), n=n_fft, dim=-2)  # (B, H, F, d)
-    K = torch.fft.rfft(k.double(), n=n_fft, dim=-2)
-    corr = torch.fft.irfft((Q * K.conj()).sum(-1), n=n_fft, dim=-1)[..., :T]  # (B, H, T): Σ_i q_i·k_{i−n}
-    counts = torch.arange(T, 0, -1, dtype=torch.float64, device=q.device)  # T − n pairs at distance n
-    return scale * corr.mean(0) / counts
+    sums = _correlation(q, k).sum(0)  # (H, T): every pair at distance n
+    counts = diagonal_counts(T, block, q.device)  # (T,)
+    if block is not None and T > block:
+        M = -(-T // block)  # blocks, the last one zero-padded (zeros add nothing to a sum)
+        pad = M * block - T
+        qb = F.pad(q, (0, 0, 0, pad)).reshape(B, H, M, block, d)  # (B, H, M, b, d)
+        kb = F.pad(k, (0, 0, 0, pad)).reshape(B, H, M, block, d)
+        cross = _correlation(qb[:, :, 1:], kb[:, :, :-1]).sum((0, 2))  # (H, b): query block m, key block m−1
+        far = torch.zeros_like(sums)
+        far[:, block : 2 * block] = cross[:, : max(0, min(block, T - block))]
+        sums = torch.where(torch.arange(T, device=q.device) < block, sums, far)
+    mean = scale * sums / counts.clamp(min=1) / B
+    return torch.where(counts > 0, mean, torch.full_like(mean, float("-inf")))
+
+
+def sink_free_scores(s_hat, key0, counts):
+    """ŝ without the first-token sink: the n-th sub-diagonal's mean without its entry (n, 0).
+
+    ``s_hat (..., T)`` (Eq. 11), ``key0 (..., T)``: the mean score of query i on key 0 (-inf where
+    masked), ``counts (T,)``: pairs per distance (:func:`diagonal_counts`). Diagonal n holds the
+    pair (n, 0) whenever key0[n] is finite, so
+
+        ŝ₀[n] = (c[n]·ŝ[n] − key0[n]) / (c[n] − 1),
+
+    and ŝ[n] where (n, 0) is masked. A distance whose only pair is (n, 0) (n = T − 1 under the
+    causal mask) has nothing left: -inf, which R ignores. Means over several windows combine the
+    same way, since every window has the same pairs.
+    """
+    s, was_numpy = _as_tensor(s_hat)
+    k0, _ = _as_tensor(key0)
+    c, _ = _as_tensor(counts)
+    if s.shape != k0.shape or s.shape[-1] != c.shape[-1]:
+        raise ValueError(f"s_hat {tuple(s.shape)}, key0 {tuple(k0.shape)} and counts {tuple(c.shape)} do not match")
+    s, k0, c = s.double(), k0.double(), c.double().to(s.device)
+    has_sink = torch.isfinite(k0) & (c > 0)
+    rest = c - 1
+    removed = (c * s - torch.where(has_sink, k0, torch.zeros_like(k0))) / rest.clamp(min=1)
+    out = torch.where(has_sink, torch.where(rest > 0, removed, torch.full_like(s, float("-inf"))), s)
+    return _back(out, was_numpy)
 
 
 class ScoreAccumulator:

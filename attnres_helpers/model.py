@@ -292,11 +292,16 @@ class Transformer(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
+    @property
+    def supports_bca(self) -> bool:
+        """BCA needs a relative encoding: sinusoidal positions are absolute."""
+        return self.cfg.encoding != "sinusoidal"
+
     def _run(self, idx: torch.Tensor, bca: bool, capture: bool):
         if idx.ndim != 2:
             raise ValueError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
         B, T = idx.shape
-        if bca and self.cfg.encoding == "sinusoidal":
+        if bca and not self.supports_bca:
             raise ValueError("BCA needs a relative encoding: sinusoidal positions are absolute")
         pos = PositionInfo(self.cfg, T, idx.device, bca)
         x = self.wte(idx)  # (B, T, C)

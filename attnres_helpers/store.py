@@ -3,10 +3,17 @@
 For every run (a trained model) and every (eval_len, bca) it was measured at, a store holds
 
 - ``s_hat (layers, H, T)``, float32 (float16 in the large stores): the §4.3 estimator of every layer and head (Sun et al. 2022, Eq. 11);
-- ``nll (T,)``, float64: the mean next-token negative log-likelihood at each position of the same windows.
+- ``nll (T,)``, float64: the mean next-token negative log-likelihood at each position of the same windows;
+- ``key0 (layers, H, T)``, optional (stores written since the sink was added): the mean score of each
+  query on key 0, so that ŝ without the first-token sink (:func:`attnres_helpers.metric.sink_free_scores`)
+  is a query too.
+
+A store may average the heads at measurement for its longest lengths (run metadata
+``"heads_averaged": [eval lengths]``): those profiles have one "head" holding the mean over heads,
+which is all that mean-scores R needs; mean-R is not recorded for them.
 
 One store is one safetensors file (nothing is ever unpickled): the tensors are named
-``<run>/<eval_len>/<bca 0|1>/s_hat`` and ``.../nll``, and the header's metadata holds a JSON object
+``<run>/<eval_len>/<bca 0|1>/s_hat``, ``.../nll`` and ``.../key0``, and the header's metadata holds a JSON object
 with each run's keys (encoding, seed, train_len, model config, ...) and how the data were made.
 R under any boundary, head convention, layer selection or temperature, and perplexity over any
 span of positions, are computed from these arrays by :func:`records`: nothing is re-run.
@@ -26,10 +33,15 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .files import atomic_write
-from .metric import BOUNDARIES, HEAD_MODES, Boundary, layer_resolution
+from .metric import BOUNDARIES, HEAD_MODES, Boundary, diagonal_counts, layer_resolution, sink_free_scores
 
 HEADER_KEY = "attnres"
 RUN_KEYS = ("encoding", "seed", "train_len")  # every run's metadata has at least these
+# keys a record computes itself, which run metadata may not hold (they would be silently overwritten)
+RECORD_KEYS = ("run", "eval_len", "bca", "head_mode", "boundary", "layer", "resolution", "resolution_sink_free",
+               "perplexity", "perplexity_first_L", "perplexity_past_L")
+MAX_EVAL_LEN = 1 << 20
+MAX_LOG_PERPLEXITY = 709.0  # exp() of more overflows float64: the perplexity is then reported as inf
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,7 @@ class Profile:
     bca: bool
     s_hat: torch.Tensor = field(repr=False)  # (layers, H, T) float32 (stored as float32 or float16)
     nll: torch.Tensor = field(repr=False)  # (T,) float64
+    key0: torch.Tensor | None = field(default=None, repr=False)  # (layers, H, T): mean score on key 0
 
     def __post_init__(self):
         if not isinstance(self.run, str) or not self.run or "/" in self.run:
@@ -51,18 +64,45 @@ class Profile:
         missing = [k for k in RUN_KEYS if k not in self.meta]
         if missing:
             raise ValueError(f"run {self.run!r}: metadata lacks {missing}")
-        if not isinstance(self.meta["train_len"], int) or not isinstance(self.eval_len, int):
-            raise ValueError(f"run {self.run!r}: train_len and eval_len must be integers")
-        T = self.eval_len
+        reserved = sorted(set(self.meta) & set(RECORD_KEYS))
+        if reserved:
+            raise ValueError(f"run {self.run!r}: metadata may not hold the record keys {reserved}")
+        L, T = self.meta["train_len"], self.eval_len
+        for name, value in (("train_len", L), ("eval_len", T)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_EVAL_LEN:
+                raise ValueError(f"run {self.run!r}: {name} must be an integer in [2, {MAX_EVAL_LEN}], got {value!r}")
         if self.s_hat.ndim != 3 or self.s_hat.shape[-1] != T or self.nll.shape != (T,):
             raise ValueError(f"run {self.run!r} at eval_len {T}: s_hat must be (layers, H, {T}) and nll ({T},), "
                              f"got {tuple(self.s_hat.shape)} and {tuple(self.nll.shape)}")
-        if torch.isnan(self.s_hat).any() or torch.isposinf(self.s_hat).any() or not torch.isfinite(self.nll).all():
-            raise ValueError(f"run {self.run!r} at eval_len {T}: s_hat has NaN or +inf, or nll is not finite")
+        if self.key0 is not None and self.key0.shape != self.s_hat.shape:
+            raise ValueError(f"run {self.run!r} at eval_len {T}: key0 must have s_hat's shape {tuple(self.s_hat.shape)}, "
+                             f"got {tuple(self.key0.shape)}")
+        for name, t in (("s_hat", self.s_hat), ("key0", self.key0)):
+            if t is not None and (torch.isnan(t).any() or torch.isposinf(t).any()):
+                raise ValueError(f"run {self.run!r} at eval_len {T}: {name} has NaN or +inf")
+        if not torch.isfinite(self.nll).all() or (self.nll < 0).any():
+            raise ValueError(f"run {self.run!r} at eval_len {T}: nll must be finite and >= 0 (a negative "
+                             "log-likelihood of a probability)")
 
     @property
     def key(self) -> str:
         return f"{self.run}/{self.eval_len}/{int(self.bca)}"
+
+    @property
+    def heads_averaged(self) -> bool:
+        """True where the heads were averaged at measurement (one "head" holds their mean)."""
+        return self.eval_len in self.meta.get("heads_averaged", ())
+
+    @property
+    def block(self) -> int | None:
+        """BCA's block (L/2) for a BCA profile, None under the full causal mask."""
+        return self.meta["train_len"] // 2 if self.bca else None
+
+    def sink_free_s_hat(self) -> torch.Tensor | None:
+        """ŝ (layers, H, T) without the first-token entries (n, 0); None when the store has no key0."""
+        if self.key0 is None:
+            return None
+        return sink_free_scores(self.s_hat.double(), self.key0.double(), diagonal_counts(self.eval_len, self.block))
 
 
 def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None = None,
@@ -79,7 +119,14 @@ def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None 
             raise ValueError(f"two profiles for {p.key}")
         if runs.setdefault(p.run, p.meta) != p.meta:
             raise ValueError(f"run {p.run!r} has two different metadata")
-        tensors[p.key + "/s_hat"] = p.s_hat.detach().to("cpu", dtype).contiguous()
+        for name, t in (("s_hat", p.s_hat), ("key0", p.key0)):
+            if t is None:
+                continue
+            stored = t.detach().to("cpu", dtype).contiguous()
+            if torch.isposinf(stored).any() or (torch.isneginf(stored) & torch.isfinite(t.cpu())).any():
+                raise ValueError(f"{p.key}: {name} has values beyond {dtype}'s range (|x| > "
+                                 f"{torch.finfo(dtype).max:g}); store it as float32")
+            tensors[f"{p.key}/{name}"] = stored
         tensors[p.key + "/nll"] = p.nll.detach().to("cpu", torch.float64).contiguous()
     header = json.dumps({"about": about or {}, "runs": runs}, allow_nan=False)
     atomic_write(Path(path), lambda tmp: save_file(tensors, tmp, metadata={HEADER_KEY: header}))
@@ -108,8 +155,9 @@ def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
             run, eval_len, bca = key.split("/")
             if bca not in ("0", "1"):
                 raise ValueError(f"the mask part must be 0 or 1, got {bca!r}")
+            key0 = tensors.get(key + "/key0")
             profiles.append(Profile(run, runs[run], int(eval_len), bca == "1", tensors[name].float(),
-                                    tensors[key + "/nll"].double()))
+                                    tensors[key + "/nll"].double(), None if key0 is None else key0.float()))
         except (KeyError, ValueError, TypeError) as err:
             raise ValueError(f"measurement store {path}: entry {key!r} is malformed ({err})") from err
     if not profiles:
@@ -119,8 +167,17 @@ def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
 
 def perplexities(nll: torch.Tensor, train_len: int) -> dict:
     """Perplexity over all positions, over positions < L, and over positions ≥ L (None when T ≤ L),
-    all of the same windows: exp of the mean NLL over each span."""
-    ppl = lambda span: math.exp(float(span.mean())) if span.numel() else None  # noqa: E731
+    all of the same windows: exp of the mean NLL over each span (inf, never an OverflowError, past
+    float64's range; a store refuses NLL < 0)."""
+    if isinstance(train_len, bool) or not isinstance(train_len, int) or train_len < 1:
+        raise ValueError(f"train_len must be a positive integer, got {train_len!r}")
+
+    def ppl(span):
+        if not span.numel():
+            return None
+        mean = float(span.mean())
+        return math.exp(mean) if mean <= MAX_LOG_PERPLEXITY else math.inf
+
     return {"perplexity": ppl(nll), "perplexity_first_L": ppl(nll[:train_len]),
             "perplexity_past_L": ppl(nll[train_len:])}
 
@@ -131,7 +188,10 @@ def records(profiles: list[Profile], boundary: Boundary = "zero", head_modes=HEA
     layer, as in Table 3) or ``"upper"`` (the layers above the first; absent for one-layer models).
 
     Each record holds the run's metadata keys, eval_len, bca, head_mode, boundary, layer,
-    ``resolution`` = R(temperature · ŝ) and the three perplexities of :func:`perplexities`.
+    ``resolution`` = R(temperature · ŝ), ``resolution_sink_free`` = the same R of ŝ without the
+    first-token entries (:meth:`Profile.sink_free_s_hat`; None where the store has no key0), and the
+    three perplexities of :func:`perplexities`. Profiles whose heads were averaged at measurement
+    give mean-scores records only.
     """
     if boundary not in BOUNDARIES:
         raise ValueError(f"unknown boundary {boundary!r}; choose one of {BOUNDARIES}")
@@ -140,12 +200,24 @@ def records(profiles: list[Profile], boundary: Boundary = "zero", head_modes=HEA
     out = []
     for p in profiles:
         ppl = perplexities(p.nll, p.meta["train_len"])
+        free = p.sink_free_s_hat()
         for head_mode in head_modes:
-            per_layer = layer_resolution(p.s_hat.double() * temperature, head_mode, boundary)  # (layers,)
-            layers = list(enumerate(per_layer.tolist())) + [("mean", float(per_layer.mean()))]
-            if len(per_layer) > 1:
-                layers.append(("upper", float(per_layer[1:].mean())))
-            for layer, r in layers:
+            if head_mode == "mean-R" and p.heads_averaged:
+                continue
+            per_layer = _by_layer(layer_resolution(p.s_hat.double() * temperature, head_mode, boundary))
+            per_layer_free = (_by_layer(layer_resolution(free * temperature, head_mode, boundary))
+                              if free is not None else {layer: None for layer in per_layer})
+            for layer, r in per_layer.items():
                 out.append({"run": p.run, **p.meta, "eval_len": p.eval_len, "bca": p.bca, "head_mode": head_mode,
-                            "boundary": boundary, "layer": layer, "resolution": r, **ppl})
+                            "boundary": boundary, "layer": layer, "resolution": r,
+                            "resolution_sink_free": per_layer_free[layer], **ppl})
+    return out
+
+
+def _by_layer(per_layer: torch.Tensor) -> dict:
+    """{layer index: R, "mean": mean over layers, "upper": mean over layers above the first (if any)}."""
+    out = {i: float(r) for i, r in enumerate(per_layer.tolist())}
+    out["mean"] = float(per_layer.mean())
+    if len(per_layer) > 1:
+        out["upper"] = float(per_layer[1:].mean())
     return out

@@ -55,3 +55,29 @@ def test_a_shift_is_found_at_its_distance():
 def test_bad_input_is_refused(q, k, match):
     with pytest.raises(ValueError, match=match):
         expected_scores_fft(q, k)
+
+
+@pytest.mark.parametrize("T, block", [(16, 4), (17, 4), (40, 8), (10, 8), (9, 4), (64, 32)])
+def test_fft_under_bca_counts_and_sink_free_equal_the_explicit_path(T, block):
+    """BCA's ŝ by FFT, the pair counts, and ŝ without the (n, 0) entries, against explicit masked scores."""
+    from attnres_helpers.metric import diagonal_counts, expected_scores, sink_free_scores
+    from attnres_helpers.model import blockwise_causal_mask
+
+    gen = torch.Generator().manual_seed(T)
+    q, k = (torch.randn(2, 3, T, 5, dtype=torch.float64, generator=gen) for _ in range(2))
+    scores = q @ k.transpose(-1, -2) / 5**0.5
+    for b in (None, block):
+        allowed = torch.ones(T, T, dtype=torch.bool).tril() if b is None else blockwise_causal_mask(T, b)
+        masked = scores.masked_fill(~allowed, float("-inf"))
+        want = expected_scores(masked).mean(0)
+        got = expected_scores_fft(q, k, block=b)
+        assert torch.equal(torch.isneginf(got), torch.isneginf(want))
+        torch.testing.assert_close(got[torch.isfinite(want)], want[torch.isfinite(want)])
+        counts = torch.stack([torch.diagonal(allowed, -n).sum() for n in range(T)]).double()
+        assert torch.equal(diagonal_counts(T, b), counts)
+        without = masked.clone()
+        without[..., :, 0] = float("-inf")
+        want_free = expected_scores(without).mean(0)
+        free = sink_free_scores(want, masked[..., :, 0].mean(0), counts)
+        assert torch.equal(torch.isneginf(free), torch.isneginf(want_free))
+        torch.testing.assert_close(free[torch.isfinite(want_free)], want_free[torch.isfinite(want_free)])

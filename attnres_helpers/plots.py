@@ -1,13 +1,32 @@
-"""Figures for the notebooks: small functions that draw on a matplotlib Axes and return it."""
+"""Figures for the notebooks: small functions that draw on a matplotlib Axes and return it.
+
+R of a measured ŝ is never computed here: it is the store's query
+(:meth:`attnres_helpers.store.Profile.layer_resolutions`, through :func:`attnres_helpers.tables.scores_profile`
+for bare arrays), and heads are averaged as R averages them (:func:`attnres_helpers.metric.mean_over_heads`).
+R of an illustrative profile (notebook 01) or of a design-time curve is computed from that profile.
+"""
+
+from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from .encodings import resolution_pair, score_curve
 from .files import atomic_write
-from .metric import Boundary, HeadMode, resolution
+from .metric import Boundary, HeadMode, mean_over_heads, resolution
+
+if TYPE_CHECKING:
+    from .analysis import Point
+    from .store import Profile
+
 
 # Figures of the notebooks are drawn for JupyterLab's display width (about 950 px): at most
 # DISPLAY_WIDTH inches wide at dpi 100, so they are shown at their own size, with no text below
@@ -16,18 +35,32 @@ DISPLAY_WIDTH = 9.5  # inches
 MIN_FONT = 9  # points
 
 
-def save_png_atomic(fig, path, dpi: int = 100) -> Path:
+# Everything savefig reads from rcParams, fixed, so that a figure's PNG does not depend on the session's
+# settings (a notebook backend, a matplotlibrc): with the same figure, the same bytes.
+SAVE_RC = {"savefig.bbox": "standard", "savefig.pad_inches": 0.1, "savefig.transparent": False,
+           "savefig.orientation": "portrait"}
+
+
+def save_png_atomic(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
     """Write ``fig`` as a PNG at ``path`` atomically (:func:`attnres_helpers.files.atomic_write`),
-    so a reader never sees a half-written file. No version metadata: same bytes on rerun."""
+    so a reader never sees a half-written file, and deterministically: no PNG text chunks (no
+    "Software" version tag, no date), a white background, and every savefig setting fixed
+    (:data:`SAVE_RC`), so the same figure gives the same bytes on every run and in every session, and
+    a tracked figure that a notebook rewrites leaves ``git status`` clean."""
     path = Path(path)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None}))
+
+    def write(tmp):
+        with matplotlib.rc_context(SAVE_RC):
+            fig.savefig(tmp, format="png", dpi=dpi, facecolor="white", edgecolor="white", metadata={"Software": None})
+
+    atomic_write(path, write)
     return path
 
 
 # --- example score profiles, and R against temperature ----------------------------------
 
 
-def example_profiles(N: int) -> dict:
+def example_profiles(N: int) -> dict[str, np.ndarray]:
     """Named score profiles s[n], n = 0..N-1, used to illustrate R(s) (notebook 01, README)."""
     n = np.arange(N, dtype=np.float64)
     return {
@@ -38,7 +71,7 @@ def example_profiles(N: int) -> dict:
     }
 
 
-def plot_weight_profiles(profiles: dict, ax=None, boundary: Boundary = "zero"):
+def plot_weight_profiles(profiles: dict[str, np.ndarray], ax: Axes | None = None, boundary: Boundary = "zero") -> Axes:
     """Softmax weights p_n = e^{s[n]} / Σ_j e^{s[j]} of named profiles against distance n, with R(s) in the legend."""
     ax = plt.gca() if ax is None else ax
     for name, s in profiles.items():
@@ -50,7 +83,8 @@ def plot_weight_profiles(profiles: dict, ax=None, boundary: Boundary = "zero"):
     return ax
 
 
-def plot_resolution_vs_temperature(shape, temperatures, lengths, ax=None, boundary: Boundary = "zero"):
+def plot_resolution_vs_temperature(shape: np.ndarray, temperatures: np.ndarray, lengths: tuple[int, ...],
+                                   ax: Axes | None = None, boundary: Boundary = "zero") -> Axes:
     """R(s[:N] / τ) against the temperature τ for one score shape s, one curve per length N (log scale;
     the dotted lines are each N's flat-profile floor 1/N², for boundary "zero")."""
     ax = plt.gca() if ax is None else ax
@@ -66,7 +100,7 @@ def plot_resolution_vs_temperature(shape, temperatures, lengths, ax=None, bounda
     return ax
 
 
-def readme_resolution_figure(N: int = 64, n_temperatures: int = 61):
+def readme_resolution_figure(N: int = 64, n_temperatures: int = 61) -> Figure:
     """README figure: (left) weights and R of :func:`example_profiles`; (right) R of s[n] = −log(1+n)
     divided by a temperature τ, at N and 2N distances."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -82,7 +116,8 @@ def readme_resolution_figure(N: int = 64, n_temperatures: int = 61):
 # --- design-time curves of the encodings ------------------------------------------------
 
 
-def plot_design_curve(name: str, L: int, ax=None, boundary: Boundary = "zero", head_mode: HeadMode = "mean-scores", **params):
+def plot_design_curve(name: str, L: int, ax: Axes | None = None, boundary: Boundary = "zero",
+                      head_mode: HeadMode = "mean-scores", **params: float) -> Axes:
     """Design-time s[n] of one encoding over distances 0..2L−1 (ALiBi: heads thin, head mean bold),
     the training length L dashed, and the pair (R(L), R(2L)) in the title."""
     ax = plt.gca() if ax is None else ax
@@ -100,7 +135,7 @@ def plot_design_curve(name: str, L: int, ax=None, boundary: Boundary = "zero", h
     return ax
 
 
-def plot_resolution_pairs(names, r_L, r_2L, ax=None):
+def plot_resolution_pairs(names: list[str], r_L: list[float], r_2L: list[float], ax: Axes | None = None) -> Axes:
     """Grouped bars: R at the training length L and at 2L side by side, one group per encoding."""
     ax = plt.gca() if ax is None else ax
     x = np.arange(len(names))
@@ -112,7 +147,8 @@ def plot_resolution_pairs(names, r_L, r_2L, ax=None):
     return ax
 
 
-def encoding_gallery(L: int, names, ncols: int = 4, boundary: Boundary = "zero", head_mode: HeadMode = "mean-scores"):
+def encoding_gallery(L: int, names: list[str], ncols: int = 4, boundary: Boundary = "zero",
+                     head_mode: HeadMode = "mean-scores") -> Figure:
     """One :func:`plot_design_curve` panel per encoding, at its registry defaults."""
     nrows = -(-len(names) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows), squeeze=False)
@@ -129,7 +165,15 @@ def encoding_gallery(L: int, names, ncols: int = 4, boundary: Boundary = "zero",
 LINE_STYLES = ("-", "--", ":", "-.")
 
 
-def plot_measured_profiles(profiles: dict, train_len: int, ax=None, title: str = ""):
+def _heads_averaged(s_hat: np.ndarray | torch.Tensor) -> np.ndarray:
+    """ŝ (layers, H, T) averaged over heads as mean-scores R averages them (a distance masked in
+    some heads is averaged over the others; -inf where masked in every head): (layers, T) float64."""
+    s = s_hat.double() if isinstance(s_hat, torch.Tensor) else torch.as_tensor(np.asarray(s_hat, dtype=np.float64))
+    return mean_over_heads(s).numpy()
+
+
+def plot_measured_profiles(profiles: dict[str, np.ndarray | torch.Tensor], train_len: int, ax: Axes | None = None,
+                           title: str = "") -> Axes:
     """Measured ŝ[n] of one model, heads averaged, against distance n: one colour per layer and one
     line style per entry of ``profiles = {label: s_hat (layers, H, T)}`` (e.g. T = L and T = 2L),
     with the training length L marked. Masked distances (ŝ = -inf, under BCA) leave a gap."""
@@ -137,7 +181,7 @@ def plot_measured_profiles(profiles: dict, train_len: int, ax=None, title: str =
     if not 1 <= len(profiles) <= len(LINE_STYLES):
         raise ValueError(f"profiles must hold 1 to {len(LINE_STYLES)} entries, got {len(profiles)}")
     for style, (label, s_hat) in zip(LINE_STYLES, profiles.items()):
-        per_layer = np.asarray(s_hat, dtype=np.float64).mean(axis=-2)  # (layers, T)
+        per_layer = _heads_averaged(s_hat)  # (layers, T)
         per_layer = np.where(np.isfinite(per_layer), per_layer, np.nan)
         for layer, s in enumerate(per_layer):
             ax.plot(np.arange(len(s)), s, color=f"C{layer}", linestyle=style, linewidth=1,
@@ -149,7 +193,8 @@ def plot_measured_profiles(profiles: dict, train_len: int, ax=None, title: str =
     return ax
 
 
-def measured_profile_gallery(profiles: dict, train_len: int, ncols: int = 3):
+def measured_profile_gallery(profiles: dict[str, dict[str, np.ndarray | torch.Tensor]], train_len: int,
+                             ncols: int = 3) -> Figure:
     """One :func:`plot_measured_profiles` panel per model: ``profiles = {name: {label: s_hat}}``."""
     nrows = -(-len(profiles) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
@@ -161,8 +206,8 @@ def measured_profile_gallery(profiles: dict, train_len: int, ncols: int = 3):
     return fig
 
 
-def plot_stat_bars(rows: list, columns, category: str = "encoding", ax=None, ylabel: str = "R",
-                   errors: str = "spread"):
+def plot_stat_bars(rows: list[dict], columns: list[str] | tuple[str, ...], category: str = "encoding",
+                   ax: Axes | None = None, ylabel: str = "R", errors: str = "spread") -> Axes:
     """Grouped bars from table rows (attnres_helpers.tables): one group per row, named by
     ``row[category]``, one bar per column at the seed mean, an error bar and each seed as a dot.
     A missing value (None) is marked "n/a".
@@ -197,9 +242,10 @@ def plot_stat_bars(rows: list, columns, category: str = "encoding", ax=None, yla
     return ax
 
 
-def layer_resolution_figure(records: list, encodings, head_mode: HeadMode = "mean-scores", columns=("R(L)", "R(2L)"),
-                            reference: str | None = "alibi", ncols: int = 3, reference_column: str | None = None,
-                            width: float = DISPLAY_WIDTH, row_height: float = 2.9):
+def layer_resolution_figure(records: list[dict], encodings: list[str], head_mode: HeadMode = "mean-scores",
+                            columns: tuple[str, ...] = ("R(L)", "R(2L)"), reference: str | None = "alibi",
+                            ncols: int = 3, reference_column: str | None = None, width: float = DISPLAY_WIDTH,
+                            row_height: float = 2.9) -> Figure:
     """Per-layer R of each encoding, one panel each, on a log axis (bars at the seed mean, error
     bars from the smallest to the largest seed, a dot per seed), so that ALiBi's 0.003 and RoPE's
     0.2 are both readable; the axis starts a factor of 3 below the smallest seed value.
@@ -252,22 +298,38 @@ def layer_resolution_figure(records: list, encodings, head_mode: HeadMode = "mea
     return fig
 
 
-def _layer_softmax(s_hat) -> tuple[np.ndarray, np.ndarray]:
+def _scores_of(s_hat: Profile | np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    from .store import Profile
+
+    return s_hat.s_hat if isinstance(s_hat, Profile) else s_hat
+
+
+def _layer_resolutions(s_hat: Profile | np.ndarray | torch.Tensor, train_len: int, boundary: Boundary) -> list[float]:
+    """Per-layer mean-scores R of a profile (a stored Profile, or bare ŝ wrapped into one): the store's query."""
+    from .store import Profile
+    from .tables import scores_profile
+
+    profile = s_hat if isinstance(s_hat, Profile) else scores_profile(s_hat, train_len)
+    return profile.layer_resolutions("mean-scores", boundary).tolist()
+
+
+def _layer_softmax(s_hat: Profile | np.ndarray | torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Heads-averaged ŝ (layers, T) with masked distances as NaN, and p = softmax over distances."""
-    per_layer = np.asarray(s_hat, dtype=np.float64).mean(axis=-2)  # (layers, T)
+    per_layer = _heads_averaged(_scores_of(s_hat))  # (layers, T)
     finite = np.isfinite(per_layer)
     masked = np.where(finite, per_layer, -np.inf)
     p = np.exp(masked - masked.max(-1, keepdims=True))
     return np.where(finite, per_layer, np.nan), p / p.sum(-1, keepdims=True)
 
 
-def plot_layer_softmax(s_hat, train_len: int, ax=None, title: str = "", boundary: Boundary = "zero"):
+def plot_layer_softmax(s_hat: Profile | np.ndarray | torch.Tensor, train_len: int, ax: Axes | None = None,
+                       title: str = "", boundary: Boundary = "zero") -> Axes:
     """The softmax weights p_n = softmax(ŝ)[n] of each layer (heads averaged), on a log axis, with
-    each layer's R in the legend and L marked: what R sees. Masked distances (p_n = 0) leave a gap."""
+    each layer's R in the legend and L marked: what R sees. Masked distances (p_n = 0) leave a gap.
+    ``s_hat`` is a stored Profile or its ŝ (layers, H, T); R is the store's query (mean-scores)."""
     ax = plt.gca() if ax is None else ax
-    scores, p = _layer_softmax(s_hat)
-    for layer, (s, w) in enumerate(zip(scores, p)):
-        r = float(resolution(np.where(np.isnan(s), -np.inf, s), boundary))
+    _, p = _layer_softmax(s_hat)
+    for layer, (w, r) in enumerate(zip(p, _layer_resolutions(s_hat, train_len, boundary))):
         ax.plot(np.arange(len(w)), np.where(w > 0, w, np.nan), color=f"C{layer}", linewidth=1,
                 label=f"layer {layer}: R = {r:.3g}")
     ax.axvline(train_len, color="k", alpha=0.4, linewidth=3)
@@ -276,9 +338,11 @@ def plot_layer_softmax(s_hat, train_len: int, ax=None, title: str = "", boundary
     return ax
 
 
-def plot_layer_weights(s_hat, train_len: int, axes=None, title: str = "", boundary: Boundary = "zero"):
+def plot_layer_weights(s_hat: Profile | np.ndarray | torch.Tensor, train_len: int,
+                       axes: np.ndarray | list[Axes] | None = None,
+                       title: str = "", boundary: Boundary = "zero") -> np.ndarray | list[Axes]:
     """What R sees in one model at one eval length: left, ŝ[n] per layer (heads averaged); right,
-    :func:`plot_layer_softmax`. ``s_hat`` is (layers, H, T)."""
+    :func:`plot_layer_softmax`. ``s_hat`` is a stored Profile or its ŝ (layers, H, T)."""
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(DISPLAY_WIDTH, 3.2))
     ax_s, ax_p = axes
@@ -296,8 +360,8 @@ def plot_layer_weights(s_hat, train_len: int, axes=None, title: str = "", bounda
     return axes
 
 
-def layer_weights_figure(s_hats: dict, train_len: int, boundary: Boundary = "zero", width: float = DISPLAY_WIDTH,
-                         row_height: float = 2.9):
+def layer_weights_figure(s_hats: dict[str, Profile | np.ndarray | torch.Tensor], train_len: int,
+                         boundary: Boundary = "zero", width: float = DISPLAY_WIDTH, row_height: float = 2.9) -> Figure:
     """One row of :func:`plot_layer_weights` per model: ``s_hats = {title: s_hat (layers, H, T)}``.
     ``width`` in inches (default: JupyterLab's display width at dpi 100)."""
     fig, axes = plt.subplots(len(s_hats), 2, figsize=(width, row_height * len(s_hats)), squeeze=False)
@@ -307,7 +371,7 @@ def layer_weights_figure(s_hats: dict, train_len: int, boundary: Boundary = "zer
     return fig
 
 
-def plot_training_losses(losses: dict, ax=None, smooth: int = 50):
+def plot_training_losses(losses: dict[str, list], ax: Axes | None = None, smooth: int = 50) -> Axes:
     """Training loss curves, ``losses = {label: [per-step losses of each seed, ...]}``: one colour
     per label, one line per seed, each a running mean over ``smooth`` steps centred on its step."""
     ax = plt.gca() if ax is None else ax
@@ -326,7 +390,8 @@ def plot_training_losses(losses: dict, ax=None, smooth: int = 50):
     return ax
 
 
-def plot_position_perplexity(nll: dict, train_len: int, ax=None, smooth: int = 1):
+def plot_position_perplexity(nll: dict[str, np.ndarray | torch.Tensor], train_len: int, ax: Axes | None = None,
+                             smooth: int = 1) -> Axes:
     """Perplexity at each position of the window, exp of the mean next-token NLL averaged over
     ``smooth`` neighbouring positions, one line per entry of ``nll = {label: (T,)}``; L marked."""
     ax = plt.gca() if ax is None else ax
@@ -348,7 +413,8 @@ def plot_position_perplexity(nll: dict, train_len: int, ax=None, smooth: int = 1
     return ax
 
 
-def plot_mask(mask, ax=None, title: str = "", block: int | None = None):
+def plot_mask(mask: np.ndarray | torch.Tensor, ax: Axes | None = None, title: str = "",
+              block: int | None = None) -> Axes:
     """A (T, T) attention mask laid out [query, key], allowed pairs dark; block edges drawn when given."""
     ax = plt.gca() if ax is None else ax
     mask = np.asarray(mask, dtype=np.float64)
@@ -365,14 +431,15 @@ def plot_mask(mask, ax=None, title: str = "", block: int | None = None):
 FAMILY_COLOURS = {"rope": "C0", "xpos": "C1", "alibi": "C2", "sinusoidal": "C3", "nope": "C4"}
 
 
-def short_label(point) -> str:
+def short_label(point: Point) -> str:
     """A configuration's name shortened for a crowded plot: 'rope 100', 'xpos γ0.1', 'alibi ×0.25 +B'."""
     name = (point.setting.replace("rope base ", "rope ").replace("alibi slopes x", "alibi ×")
             .replace("xpos B 64, gamma ", "xpos γ").replace("xpos B ", "xpos B").replace("sinusoidal", "sin"))
     return name + (" +B" if point.bca else "")
 
 
-def place_labels(ax, xy, labels, colours, fontsize: float = MIN_FONT) -> list:
+def place_labels(ax: Axes, xy: list[tuple[float, float]], labels: list[str], colours: list[str],
+                 fontsize: float = MIN_FONT) -> list[Text]:
     """Annotate each point of ``xy`` (data coordinates) with its label, trying offsets around it in
     turn and keeping the first whose text box overlaps no label placed before and no point; where
     none is free, the offset with the least overlap. Returns the Text objects."""
@@ -417,7 +484,7 @@ def _family_legend(ax, points, loc="upper left"):
     ax.legend(handles=handles, loc=loc, fontsize=MIN_FONT, framealpha=0.9)
 
 
-def rank_rank_figure(points, predictor: str, outcome: str, title: str = ""):
+def rank_rank_figure(points: list[Point], predictor: str, outcome: str, title: str = "") -> Figure:
     """Rank of ``outcome`` against rank of ``predictor`` (1 = smallest, ties averaged), one labelled
     point per configuration (analysis.Point): the picture of Spearman's ρ, which only sees ranks, so
     no outlier squeezes the rest. Colour: family; hollow: evaluated with BCA."""
@@ -441,7 +508,7 @@ def rank_rank_figure(points, predictor: str, outcome: str, title: str = ""):
     return fig
 
 
-def family_scatter(points, predictor: str, outcome: str, ax=None):
+def family_scatter(points: list[Point], predictor: str, outcome: str, ax: Axes | None = None) -> Axes:
     """Seed means of ``outcome`` (log scale) against ``predictor`` (log scale), one point per
     configuration with its seed range as error bars; colour: family, hollow: with BCA."""
     from matplotlib.ticker import FuncFormatter

@@ -11,13 +11,17 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from attnres_helpers.metric import resolution  # noqa: E402
+from attnres_helpers import store  # noqa: E402
 from attnres_helpers.plots import (  # noqa: E402
     DISPLAY_WIDTH,
     MIN_FONT,
     layer_resolution_figure,
     layer_weights_figure,
+    plot_layer_softmax,
+    plot_measured_profiles,
     plot_stat_bars,
     plot_training_losses,
+    save_png_atomic,
 )
 from attnres_helpers.store import Profile, records as store_records  # noqa: E402
 from attnres_helpers.tables import layer_table  # noqa: E402
@@ -167,3 +171,71 @@ def test_rank_rank_labels_do_not_overlap_and_ranks_are_plotted():
     assert fig.get_size_inches()[0] <= DISPLAY_WIDTH
     assert min(t.get_fontsize() for t in ax.texts) >= MIN_FONT
     plt.close(fig)
+
+
+# --- R from the store's query; heads averaged as R averages them -------------------------------------
+
+
+def test_layer_softmax_takes_R_from_the_store_query(monkeypatch):
+    profile = _profiles()[1]
+    calls = []
+
+    def fake(self, head_mode="mean-scores", boundary="zero", temperature=1.0, sink=True):
+        calls.append((head_mode, boundary, sink))
+        return torch.tensor([0.125, 0.25, 0.5], dtype=torch.float64)
+
+    monkeypatch.setattr(store.Profile, "layer_resolutions", fake)
+    for given in (profile, profile.s_hat, profile.s_hat.numpy()):  # a stored Profile, or its ŝ
+        fig, ax = plt.subplots()
+        plot_layer_softmax(given, L, ax=ax, boundary="drop")
+        assert [line.get_label() for line in ax.lines[:3]] == [
+            "layer 0: R = 0.125", "layer 1: R = 0.25", "layer 2: R = 0.5"]
+        plt.close(fig)
+    assert calls == [("mean-scores", "drop", True)] * 3
+
+
+def test_heads_are_averaged_over_the_heads_that_see_a_distance():
+    # Head 1 is masked (-inf) at distance 3 only: the mean there is head 0's score (as mean-scores R
+    # takes it), not -inf (a gap), and the weights and R in the legend agree with the store's query.
+    T = 2 * L
+    s_hat = np.tile(-np.arange(T, dtype=float) / 4, (1, 2, 1))
+    s_hat[0, 1] -= 1.0
+    s_hat[0, 1, 3] = -np.inf
+    fig, (left, right) = plt.subplots(1, 2)
+    plot_measured_profiles({"T = 2L": s_hat}, L, ax=left)
+    assert left.lines[0].get_ydata()[3] == pytest.approx(-3 / 4) and np.isfinite(left.lines[0].get_ydata()).all()
+    plot_layer_softmax(s_hat, L, ax=right)
+    mean = np.r_[(s_hat[0, 0, :3] + s_hat[0, 1, :3]) / 2, s_hat[0, 0, 3], (s_hat[0, 0, 4:] + s_hat[0, 1, 4:]) / 2]
+    assert np.allclose(right.lines[0].get_ydata(), np.exp(mean - np.logaddexp.reduce(mean)), rtol=1e-12, atol=0)
+    assert right.lines[0].get_label() == f"layer 0: R = {float(resolution(mean)):.3g}"
+    plt.close(fig)
+
+
+# --- figures written deterministically -------------------------------------------------------------
+
+
+def _figure():
+    fig = layer_resolution_figure(store_records(_profiles()), ["steep", "flat"], columns=("R(L)", "R(2L)"),
+                                  reference="steep")
+    return fig
+
+
+def test_saved_png_has_the_same_bytes_on_every_write_and_under_any_session_settings(tmp_path):
+    from PIL import Image
+
+    fig = _figure()
+    first, second = save_png_atomic(fig, tmp_path / "a.png"), save_png_atomic(fig, tmp_path / "b.png")
+    assert first.read_bytes() == second.read_bytes()
+    with Image.open(first) as image:  # no text chunks: no "Software" version tag, no date
+        assert image.format == "PNG" and not {k for k in image.info if k not in ("dpi",)}
+        assert image.size == (950, 290)  # DISPLAY_WIDTH × one row of 2.9 inches at dpi 100
+    plt.close(fig)
+    # A session with other savefig settings, and a figure drawn under a transparent facecolor (as some
+    # notebook backends set), give the same bytes as the default session.
+    session = {"savefig.transparent": True, "savefig.bbox": "tight", "savefig.facecolor": "red",
+               "savefig.pad_inches": 1.0, "figure.facecolor": (1, 1, 1, 0)}
+    with matplotlib.rc_context(session):
+        fig = _figure()
+        other = save_png_atomic(fig, tmp_path / "c.png")
+    plt.close(fig)
+    assert other.read_bytes() == first.read_bytes()

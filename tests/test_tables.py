@@ -5,21 +5,38 @@ import math
 import matplotlib
 import numpy as np
 import pytest
+import torch
 
-from attnres_helpers.metric import resolution
+from attnres_helpers import store
+from attnres_helpers.metric import diagonal_counts, layer_resolution, resolution, sink_free_scores
+from attnres_helpers.store import Profile, records as store_records
 from attnres_helpers.tables import (
     BCA_COLUMNS,
     CHECK_DESCRIPTIONS,
+    NBSP,
     PAIR_COLUMNS,
+    PAIR_SINK_COLUMNS,
     PAPER_TABLE3,
+    TRUNCATION_COLUMNS,
     Stat,
+    Table,
     bca_table,
+    checks_table,
     format_checks,
     format_table,
+    last_distance_weights,
     layer_table,
     pair_table,
     record_mismatches,
+    resolution_stat,
     reversal_checks,
+    scores_profile,
+    select_layer,
+    sink_free_records,
+    sink_table,
+    temperature_for,
+    truncated_profile,
+    truncation_rows,
     truncation_table,
 )
 
@@ -330,3 +347,212 @@ def test_measured_profiles_and_position_perplexity_plots():
     with pytest.raises(ValueError, match="smooth"):
         plot_position_perplexity({"model": nll}, L, ax=right, smooth=0)
     plt.close(fig)
+
+
+# --- tables for a notebook: HTML and Markdown that reflow, plain text unchanged ------------------------
+
+
+def _notebook_rows():
+    return [{"encoding": "rope", "seeds": 3, "R(L)": Stat.of({0: 0.1, 1: 0.3}), "R(2L)": -0.00004},
+            {"encoding": "<b>x|y</b>", "seeds": 1, "R(L)": Stat.of({0: 0.25}), "R(2L)": None}]
+
+
+def test_table_plain_text_is_format_table():
+    rows, columns = _notebook_rows(), ["encoding", "seeds", "R(L)", "R(2L)"]
+    table = Table(rows, columns)
+    assert str(table) == repr(table) == format_table(rows, columns)
+    captioned = Table(rows, columns, digits={"R(L)": 1}, caption="ours")
+    assert str(captioned) == "ours\n" + format_table(rows, columns, digits={"R(L)": 1})
+    with pytest.raises(ValueError, match=r"\['R\(8L\)'\] are in no row"):
+        Table(rows, ["encoding", "R(8L)"])
+    with pytest.raises(ValueError, match="empty"):
+        Table([], ["encoding"])
+
+
+def test_table_html_keeps_each_value_on_one_line_and_escapes():
+    html = Table(_notebook_rows(), ["encoding", "seeds", "R(L)", "R(2L)"], caption="a & b")._repr_html_()
+    assert html.startswith("<table><caption") and html.endswith("</tbody></table>")
+    assert html.count("<th ") == 4 and html.count("<td ") == 8 and html.count("<tr>") == 3
+    assert "a &amp; b</caption>" in html
+    # "mean ± spread" joined by no-break spaces, in a cell that does not wrap: the page reflows between
+    # columns, never inside "0.200 ± 0.141".
+    assert f">0.200{NBSP}±{NBSP}0.141</td>" in html and " ± " not in html
+    assert html.count("white-space: nowrap") == 8 and html.count("white-space: normal") == 4
+    assert ">n/a</td>" in html and ">0.000</td>" in html  # no "-0.000"
+    assert "&lt;b&gt;x|y&lt;/b&gt;" in html and "<b>" not in html
+
+
+def test_table_markdown_is_a_pipe_table():
+    lines = Table(_notebook_rows(), ["encoding", "seeds", "R(L)"], caption="ours")._repr_markdown_().split("\n")
+    assert lines[:2] == ["**ours**", ""]
+    assert lines[2] == "| encoding | seeds | R(L) |"
+    assert lines[3] == "| :--- | ---: | ---: |"
+    assert lines[4] == f"| rope | 3 | 0.200{NBSP}±{NBSP}0.141 |"
+    assert lines[5] == "| <b>x\\|y</b> | 1 | 0.250 |"  # a "|" in a cell is escaped
+    assert len(lines) == 6
+
+
+def test_checks_table():
+    checks = reversal_checks(make_records(PAPER_LIKE))
+    table = checks_table(checks, caption="paper-like")
+    assert table.columns == ["finding", "on the seed means", "seeds"]
+    assert [row[0] for row in table.cells] == [CHECK_DESCRIPTIONS[name] for name in checks]
+    assert table.cells[0][1:] == ["True", "3 of 3"]
+
+
+# --- R from stored ŝ is the store's query ---------------------------------------------------------------
+
+TL = 16  # training length of the stored-profile fixtures
+
+
+def stored_profiles(encodings=(("steep", 0.5), ("rebound", 0.2)), seeds=(0, 1), multiples=(1, 2, 4), layers=2, H=2):
+    """Store Profiles with key-0 scores: each layer a geometric decay −m·n whose slope m depends on
+    encoding, seed and layer; "rebound" climbs back to 0 past L. key0[n] = ŝ[n] + 1 (a mild
+    first-token excess)."""
+    out = []
+    for encoding, m in encodings:
+        for seed in seeds:
+            meta = {"encoding": encoding, "seed": seed, "train_len": TL}
+            for k in multiples:
+                T = k * TL
+                n = torch.arange(T, dtype=torch.float64)
+                slopes = m * (1 + 0.25 * seed) * (1 + torch.arange(layers, dtype=torch.float64))  # (layers,)
+                s = -slopes[:, None] * n  # (layers, T)
+                if encoding == "rebound":
+                    s = torch.where(n < TL, s, torch.zeros_like(s))
+                s_hat = s[:, None, :].expand(layers, H, T).clone()
+                out.append(Profile(f"{encoding}-s{seed}", meta, T, False, s_hat, torch.full((T,), 1.5,
+                                   dtype=torch.float64), s_hat + 1.0))
+    return out
+
+
+def test_truncated_profile():
+    p = stored_profiles(multiples=(2,))[0]
+    cut = truncated_profile(p, TL)
+    assert cut.eval_len == TL and cut.run == p.run and cut.bca == p.bca and cut.key0 is None
+    assert torch.equal(cut.s_hat, p.s_hat[..., :TL]) and torch.equal(cut.nll, p.nll[:TL])
+    assert cut.layer_resolutions(sink=False) is None  # no R without the sink for a cut profile
+    assert torch.allclose(cut.layer_resolutions(), layer_resolution(p.s_hat[..., :TL].double()), rtol=1e-12, atol=0)
+    averaged = Profile(p.run, {**p.meta, "heads_averaged": [2 * TL]}, p.eval_len, False, p.s_hat[:, :1], p.nll)
+    assert truncated_profile(averaged, TL).heads_averaged
+    assert not truncated_profile(Profile(p.run, {**p.meta, "heads_averaged": [TL]}, p.eval_len, False, p.s_hat,
+                                         p.nll), TL).heads_averaged
+    for bad in (1, 2 * TL + 1, 3.0, True):
+        with pytest.raises(ValueError, match="n_distances"):
+            truncated_profile(p, bad)
+
+
+def test_select_layer_matches_the_records():
+    p = stored_profiles(multiples=(1,), layers=3)[0]
+    per_layer = p.layer_resolutions()
+    by_layer = {r["layer"]: r["resolution"] for r in store_records([p], head_modes=("mean-scores",))}
+    for layer in ("mean", "upper", 0, 2):
+        assert select_layer(per_layer, layer) == pytest.approx(by_layer[layer], rel=1e-12)
+    with pytest.raises(ValueError, match="layer"):
+        select_layer(per_layer, 3)
+    with pytest.raises(ValueError, match="one-layer"):
+        select_layer(per_layer[:1], "upper")
+
+
+def _count_store_queries(monkeypatch):
+    """Replace Profile.layer_resolutions by one that returns 1 + (its eval length)/1000 in every layer
+    and counts its calls: a table that computes R by itself does not show these values."""
+    calls = []
+
+    def fake(self, head_mode="mean-scores", boundary="zero", temperature=1.0, sink=True):
+        calls.append((self.eval_len, head_mode, boundary, temperature, sink))
+        return torch.full((self.s_hat.shape[0],), 1 + self.eval_len / 1000, dtype=torch.float64)
+
+    monkeypatch.setattr(store.Profile, "layer_resolutions", fake)
+    return calls
+
+
+def test_truncation_table_queries_the_store(monkeypatch):
+    near = -np.arange(L, dtype=float)
+    calls = _count_store_queries(monkeypatch)
+    row = truncation_table({"x": {L: np.tile(near, (2, 3, 1)), 2 * L: np.tile(np.r_[near, near], (2, 3, 1))}}, L)[0]
+    assert row == {"encoding": "x", "R(L)": 1 + L / 1000, "R(2L), distances < L": 1 + L / 1000,
+                   "R(2L)": 1 + 2 * L / 1000}
+    assert sorted(c[0] for c in calls) == [L, L, 2 * L]
+
+
+def test_truncation_rows_over_seeds():
+    profiles = stored_profiles()
+    rows = {row["encoding"]: row for row in truncation_rows(profiles, "upper")}
+    assert list(rows) == ["rebound", "steep"] and set(rows["steep"]) == set(TRUNCATION_COLUMNS)
+    for encoding in ("steep", "rebound"):
+        for seed, value in zip((0, 1), rows[encoding]["R(2L)"].values):
+            s = next(p for p in profiles if p.run == f"{encoding}-s{seed}" and p.eval_len == 2 * TL).s_hat.double()
+            assert value == pytest.approx(float(layer_resolution(s)[1:].mean()), rel=1e-12)
+            assert rows[encoding]["R(2L), distances < L"].values[seed] == pytest.approx(
+                float(layer_resolution(s[..., :TL])[1:].mean()), rel=1e-12)
+    # A steep decay has almost no weight past L (x^L = e^{−1·16} ≈ 1e-7 in its gentlest upper layer):
+    # R barely moves. The rebound loses R only past L.
+    assert rows["steep"]["R(2L)"].mean == pytest.approx(rows["steep"]["R(L)"].mean, rel=1e-5)
+    assert rows["rebound"]["R(2L), distances < L"].mean == pytest.approx(rows["rebound"]["R(L)"].mean, rel=1e-12)
+    assert rows["rebound"]["R(2L)"].mean < 0.5 * rows["rebound"]["R(L)"].mean
+    with pytest.raises(ValueError, match="need"):
+        truncation_rows([p for p in profiles if p.eval_len != 2 * TL])
+
+
+def test_truncation_rows_query_the_store(monkeypatch):
+    profiles = stored_profiles()
+    calls = _count_store_queries(monkeypatch)
+    row = truncation_rows(profiles)[1]
+    assert row["encoding"] == "steep" and row["R(L)"].mean == 1 + TL / 1000 and row["R(2L)"].mean == 1 + 2 * TL / 1000
+    assert row["R(2L), distances < L"].mean == 1 + TL / 1000
+    assert len(calls) == 2 * 2 * 3  # encodings × seeds × the three columns
+
+
+def test_sink_free_columns_are_the_records_values():
+    records = store_records(stored_profiles())
+    rows = {row["encoding"]: row for row in pair_table(records, layer="upper", sink_free=True)}
+    assert set(PAIR_SINK_COLUMNS) <= set(rows["steep"]) | {"paper R(L)", "paper R(2L)", "paper R(2L)+BCA"}
+    expected = {r["seed"]: r["resolution_sink_free"] for r in records if r["encoding"] == "steep"
+                and r["eval_len"] == 2 * TL and r["layer"] == "upper" and r["head_mode"] == "mean-scores"}
+    assert rows["steep"]["R(2L) no sink"] == Stat.of(expected)
+    assert rows["steep"]["R(2L) no sink"].mean != pytest.approx(rows["steep"]["R(2L)"].mean, rel=1e-3)
+    assert "R(L) no sink" not in pair_table(records)[0]  # off by default: the old columns only
+    layer_rows = layer_table(records, "rebound", sink_free=True)
+    assert layer_rows[1]["R(4L) no sink"] == Stat.of(
+        {r["seed"]: r["resolution_sink_free"] for r in records if r["encoding"] == "rebound" and r["layer"] == 1
+         and r["eval_len"] == 4 * TL and r["head_mode"] == "mean-scores"})
+    free = sink_free_records(records)
+    assert [r["resolution"] for r in free] == [r["resolution_sink_free"] for r in records]
+    assert records[0]["resolution"] != free[0]["resolution"]  # copies: the records are unchanged
+    with pytest.raises(ValueError, match="resolution_sink_free"):
+        sink_free_records(make_records(PAPER_LIKE))
+
+
+def test_last_distance_weights_show_a_first_token_sink():
+    T = 2 * TL
+    flat = scores_profile(np.zeros((2, 3, T)), TL)
+    assert torch.allclose(last_distance_weights(flat), torch.full((2,), 1 / T, dtype=torch.float64), rtol=1e-12)
+    sink = np.tile(-np.arange(T, dtype=float) / 4, (2, 3, 1))
+    sink[1, :, -1] = 20.0  # layer 1: the last query's score on key 0 far above the rest
+    weights = last_distance_weights(scores_profile(sink, TL))
+    p = np.exp(sink[1, 0] - np.logaddexp.reduce(sink[1, 0]))
+    assert weights[1] == pytest.approx(p[-1], rel=1e-12) and weights[1] > 0.99 and weights[0] < 1e-3
+    # Heads averaged as mean-scores R averages them: one head masked at a distance drops out there.
+    masked = np.zeros((1, 2, T))
+    masked[0, 1, -1] = -np.inf
+    assert last_distance_weights(scores_profile(masked, TL))[0] == pytest.approx(1 / T, rel=1e-12)
+    rows = sink_table(stored_profiles(), multiples=(1, 2))
+    assert [row["encoding"] for row in rows] == ["rebound", "steep"]
+    assert rows[0]["1/T at 2L"] == 1 / (2 * TL) and rows[0]["p(T−1) at L"].seeds == (0, 1)
+
+
+def test_resolution_stat_and_temperature_for_a_geometric_profile():
+    profiles = stored_profiles(encodings=(("steep", 0.1),), seeds=(0,), layers=1)
+    r = resolution_stat(profiles, "steep", 2, temperature=3.0)
+    assert r.values[0] == pytest.approx(float(resolution(-0.3 * np.arange(2 * TL))), rel=1e-12)
+    # R(τ·ŝ) of s = −0.1 n is the geometric closed form at slope 0.1 τ: R = 0.8 needs x = e^{−m} with
+    # (1 − x)²/(1 + x) = 0.8 up to x^N terms, so τ = m/0.1 (x^N ≈ 1e-18 at N = 16).
+    x = ((2 + 0.8) - math.sqrt((2 + 0.8) ** 2 - 4 * (1 - 0.8))) / 2
+    tau = temperature_for(profiles, "steep", 0.8)
+    assert tau == pytest.approx(-math.log(x) / 0.1, rel=1e-6)
+    assert resolution_stat(profiles, "steep", 1, temperature=tau).mean == pytest.approx(0.8, abs=1e-8)
+    with pytest.raises(ValueError, match="bracket"):
+        temperature_for(profiles, "steep", 0.8, bounds=(1.0, 2.0))
+    with pytest.raises(ValueError, match="no profiles"):
+        resolution_stat(profiles, "rope")

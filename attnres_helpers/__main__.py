@@ -4,7 +4,8 @@
     python -m attnres_helpers reproduce [--jobs 2]   # every shipped checkpoint and data/results/
     python -m attnres_helpers measure --json         # verify and re-measure the shipped checkpoints
     python -m attnres_helpers results --json [--boundary zero|drop] [--store PATH]   # records from stored ŝ
-    python -m attnres_helpers family [--jobs 2] [--device cuda]   # the family of notebook 05
+    python -m attnres_helpers family-v2 [--jobs 2] [--device cuda]   # the v2 family of notebook 05 (plan v2)
+    python -m attnres_helpers family [--jobs 2]      # the family v1 (400 steps; exploratory)
     python -m attnres_helpers hf-train [--jobs 2]    # Hugging Face architectures on our corpus (notebook 06)
     python -m attnres_helpers measure-hf --model FOLDER [--train-len L] [--lengths 1,2] [--bca 2] [--json]
     python -m attnres_helpers fetch-pretrained       # SmolLM2-135M into the git-ignored cache (notebook 07)
@@ -15,6 +16,7 @@ import argparse
 import dataclasses
 import inspect
 import json
+import math
 import re
 import sys
 
@@ -77,11 +79,19 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
 
 
 def cmd_family(args: argparse.Namespace) -> None:
-    """Train and measure the family of notebook 05 into data/results/family.safetensors (resumable)."""
-    from .experiments import FAMILY_STORE, run_family
+    """Train and measure the family v1 of notebook 05 (exploratory) into data/results/family.safetensors."""
+    from .experiments import FAMILY_STORE, family_dataset, run_datasets
 
-    profiles = run_family(jobs=args.jobs, device=args.device)
+    profiles = run_datasets([family_dataset(device=args.device)], args.device, args.jobs)[FAMILY_STORE]
     print(f"{len(profiles)} profiles written to {FAMILY_STORE}")
+
+
+def cmd_family_v2(args: argparse.Namespace) -> None:
+    """Train and measure the v2 family of notebook 05 (plan v2) into data/results/family_v2.safetensors."""
+    from .experiments import FAMILY_V2_STORE, run_family_v2
+
+    profiles = run_family_v2(device=args.device, jobs=args.jobs, extra_seeds=args.extra_seeds)
+    print(f"{len(profiles)} profiles written to {FAMILY_V2_STORE}")
 
 
 def cmd_hf_train(args: argparse.Namespace) -> None:
@@ -130,8 +140,9 @@ def cmd_figures(args: argparse.Namespace) -> None:
 
 
 def _print_records(recs: list[dict], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(recs, indent=1))
+    if as_json:  # valid JSON: a perplexity past float64's range (inf) is written as null
+        print(json.dumps([{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in r.items()}
+                          for r in recs], indent=1, allow_nan=False))
         return
     for r in recs:
         if r["head_mode"] == "mean-scores" and r["layer"] in ("mean", "upper"):
@@ -153,9 +164,12 @@ def cmd_measure(args: argparse.Namespace) -> None:
 def cmd_results(args: argparse.Namespace) -> None:
     """Print the records of a store (default: the shipped one) without loading any model."""
     from .experiments import STORE
-    from .store import load_profiles
+    from .store import load_curves, load_profiles
 
-    _print_records(records(load_profiles(args.store or STORE)[0], args.boundary), args.json)
+    if args.store == "":
+        raise ValueError("--store must name a store file, got an empty string")
+    path = args.store or STORE
+    _print_records(records(load_profiles(path)[0], args.boundary, curves=load_curves(path) or None), args.json)
 
 
 def _add_experiment_parsers(subparsers) -> None:
@@ -167,6 +181,11 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
     p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
     p.set_defaults(func=cmd_family)
+    p = subparsers.add_parser("family-v2", help="train and measure the v2 family of notebook 05 (plan v2; resumable)")
+    p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
+    p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
+    p.add_argument("--extra-seeds", action="store_true", help="also seeds 3 and 4 of the RoPE-base and xPos-B settings")
+    p.set_defaults(func=cmd_family_v2)
     p = subparsers.add_parser("hf-train", help="train and measure the Hugging Face architectures of notebook 06")
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
     p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -55,9 +56,9 @@ def sha256_file(path: Path, max_bytes: int = MAX_HASHED_BYTES) -> str:
 
 
 def sha256sums(root: Path) -> str:
-    """``sha256  relative/path`` lines for every file under ``root`` (any depth) but SHA256SUMS, sorted."""
+    """``sha256  relative/path`` lines for every file under ``root`` (any depth) but its own SHA256SUMS, sorted."""
     root = Path(root)
-    files = sorted(p for p in root.rglob("*") if p.name != SUMS_FILE and (p.is_file() or p.is_symlink()))
+    files = sorted(p for p in root.rglob("*") if p != root / SUMS_FILE and (p.is_file() or p.is_symlink()))
     return "".join(f"{sha256_file(p)}  {p.relative_to(root).as_posix()}\n" for p in files)
 
 
@@ -80,7 +81,7 @@ def verify_sha256sums(root: Path, fix: str) -> None:
             raise ValueError(f"{sums_path} has a malformed line: {line[:80]!r}")
         expected[name] = digest
     present = {p.relative_to(root).as_posix() for p in root.rglob("*")
-               if p.name != SUMS_FILE and (p.is_file() or p.is_symlink())}
+               if p != sums_path and (p.is_file() or p.is_symlink())}
     for name in sorted(expected.keys() - present):
         raise ValueError(f"{root / name} is listed in {SUMS_FILE} but missing; regenerate with `{fix}`")
     for name in sorted(present - expected.keys()):
@@ -88,3 +89,54 @@ def verify_sha256sums(root: Path, fix: str) -> None:
     for name in sorted(expected):
         if sha256_file(root / name) != expected[name]:
             raise ValueError(f"{root / name} does not match {SUMS_FILE} (corrupt or tampered); regenerate with `{fix}`")
+
+
+@contextmanager
+def exclusive(path: Path):
+    """Hold ``<path>.lock`` (holding this process's PID) while writing ``path``: a second writer gets an
+    error naming the process that holds it; a lock left by a dead process is recognised and taken over.
+    On entry, temporary files that dead processes left beside ``path`` (atomic_write's) are removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(path.name + ".lock")
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _lock_holder(lock)
+            if holder is not None and _alive(holder):
+                raise RuntimeError(f"{path} is being written by process {holder} (lock {lock}); wait for it, "
+                                   "or stop that process") from None
+            lock.unlink(missing_ok=True)  # stale: its process is gone
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        break
+    else:
+        raise RuntimeError(f"could not take the lock {lock}")
+    for debris in path.parent.glob(f".{path.name}.tmp-*"):
+        pid = debris.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            debris.unlink(missing_ok=True)
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _lock_holder(lock: Path) -> int | None:
+    try:
+        text = lock.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -92,6 +92,10 @@ class ModelConfig:
     def to_dict(self) -> dict:
         return {**asdict(self), "xpos_scale_base": self.scale_base}
 
+    def build(self) -> "Transformer":
+        """The model of this config (random weights)."""
+        return Transformer(self)
+
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
         names = {f.name for f in fields(cls)}

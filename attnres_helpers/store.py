@@ -34,12 +34,13 @@ from safetensors.torch import save_file
 
 from .files import atomic_write
 from .metric import BOUNDARIES, HEAD_MODES, Boundary, diagonal_counts, layer_resolution, sink_free_scores
+from .probe import OUTCOME_MULTIPLE, WITHIN_MULTIPLE, CopyCurve
 
 HEADER_KEY = "attnres"
 RUN_KEYS = ("encoding", "seed", "train_len")  # every run's metadata has at least these
 # keys a record computes itself, which run metadata may not hold (they would be silently overwritten)
 RECORD_KEYS = ("run", "eval_len", "bca", "head_mode", "boundary", "layer", "resolution", "resolution_sink_free",
-               "perplexity", "perplexity_first_L", "perplexity_past_L")
+               "perplexity", "perplexity_first_L", "perplexity_past_L", "copy_gain_within_L", "copy_gain_past_L")
 MAX_EVAL_LEN = 1 << 20
 MAX_LOG_PERPLEXITY = 709.0  # exp() of more overflows float64: the perplexity is then reported as inf
 
@@ -116,14 +117,22 @@ class Profile:
 
 
 def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None = None,
-                  dtype: torch.dtype = torch.float32) -> None:
+                  dtype: torch.dtype = torch.float32, curves: dict[tuple[str, bool], CopyCurve] | None = None) -> None:
     """Write ``profiles`` to one safetensors file, atomically. ``about`` (how the data were made:
     command, training and measuring settings) goes into the header beside each run's metadata.
     ``dtype`` is float32, or float16 for large stores (R then moves by well under 1e-3 relative);
-    either way, every R is computed from the stored values, so a store and its records agree."""
+    either way, every R is computed from the stored values, so a store and its records agree.
+    ``curves``: the copy probe's results by (run, bca), stored as ``<run>/copy/<bca>/...`` (float32)."""
     if dtype not in (torch.float32, torch.float16):
         raise ValueError(f"dtype must be torch.float32 or torch.float16, got {dtype}")
     tensors, runs = {}, {}
+    for (run, bca), curve in (curves or {}).items():
+        if run not in {p.run for p in profiles}:
+            raise ValueError(f"copy curve of run {run!r}, which has no profile")
+        prefix = f"{run}/copy/{int(bca)}"
+        tensors[prefix + "/gaps"] = torch.tensor(curve.gaps, dtype=torch.int64)
+        tensors[prefix + "/nll_copy"] = curve.nll_copy.to(torch.float32).contiguous()
+        tensors[prefix + "/nll_control"] = curve.nll_control.to(torch.float32).contiguous()
     for p in profiles:
         if p.key + "/s_hat" in tensors:
             raise ValueError(f"two profiles for {p.key}")
@@ -142,6 +151,28 @@ def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None 
     atomic_write(Path(path), lambda tmp: save_file(tensors, tmp, metadata={HEADER_KEY: header}))
 
 
+def load_curves(path: str | Path) -> dict[tuple[str, bool], CopyCurve]:
+    """The copy probe's results in a store, by (run, bca); {} for a store without them."""
+    out = {}
+    with safe_open(Path(path), framework="pt") as f:
+        names = set(f.keys())
+        for name in sorted(n for n in names if n.endswith("/gaps")):
+            prefix = name[: -len("/gaps")]
+            run, kind, bca = prefix.split("/")
+            try:
+                gaps = tuple(int(g) for g in f.get_tensor(name).tolist())
+                curve = CopyCurve(gaps, f.get_tensor(prefix + "/nll_copy").double(),
+                                  f.get_tensor(prefix + "/nll_control").double())
+            except SafetensorError as err:
+                raise ValueError(f"measurement store {path}: copy curve {prefix!r} is malformed ({err})") from err
+            if kind != "copy" or bca not in ("0", "1") or curve.nll_copy.shape != curve.nll_control.shape \
+                    or curve.nll_copy.shape[0] != len(gaps) or not torch.isfinite(curve.nll_copy).all() \
+                    or not torch.isfinite(curve.nll_control).all():
+                raise ValueError(f"measurement store {path}: copy curve {prefix!r} is malformed")
+            out[(run, bca == "1")] = curve
+    return out
+
+
 def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
     """(profiles, about) from a store file; a missing, corrupt or inconsistent file raises an error naming it."""
     path = Path(path)
@@ -158,7 +189,7 @@ def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
         raise ValueError(f"measurement store {path} has no run metadata")
     profiles = []
     for name in sorted(tensors):
-        if not name.endswith("/s_hat"):
+        if not name.endswith("/s_hat"):  # the profiles; copy curves are read by load_curves
             continue
         key = name[: -len("/s_hat")]
         try:
@@ -192,16 +223,27 @@ def perplexities(nll: torch.Tensor, train_len: int) -> dict:
             "perplexity_past_L": ppl(nll[train_len:])}
 
 
+def copy_gains(curve: CopyCurve | None, train_len: int) -> dict:
+    """The copy probe's pair (plan v2): the gain at g = L/2 (a window of L, inside the training length)
+    and at g = 3L/2 (a window of 2L, the outcome); None where not measured."""
+    out = {}
+    for key, multiple in (("copy_gain_within_L", WITHIN_MULTIPLE), ("copy_gain_past_L", OUTCOME_MULTIPLE)):
+        gap = int(round(multiple * train_len))
+        out[key] = curve.gain(gap) if curve is not None and gap in curve.gaps else None
+    return out
+
+
 def records(profiles: list[Profile], boundary: Boundary = "zero", head_modes=HEAD_MODES,
-            temperature: float = 1.0) -> list[dict]:
+            temperature: float = 1.0, curves: dict[tuple[str, bool], CopyCurve] | None = None) -> list[dict]:
     """Tidy records, one per (profile, head_mode, layer), with ``layer`` an int, ``"mean"`` (every
     layer, as in Table 3) or ``"upper"`` (the layers above the first; absent for one-layer models).
 
     Each record holds the run's metadata keys, eval_len, bca, head_mode, boundary, layer,
     ``resolution`` = R(temperature · ŝ), ``resolution_sink_free`` = the same R of ŝ without the
     first-token entries (:meth:`Profile.sink_free_s_hat`; None where the store has no key0), and the
-    three perplexities of :func:`perplexities`. Profiles whose heads were averaged at measurement
-    give mean-scores records only.
+    three perplexities of :func:`perplexities`, and, where ``curves`` holds the run's copy probe at that
+    mask, its pair of :func:`copy_gains`. Profiles whose heads were averaged at measurement give
+    mean-scores records only.
     """
     if boundary not in BOUNDARIES:
         raise ValueError(f"unknown boundary {boundary!r}; choose one of {BOUNDARIES}")
@@ -210,6 +252,8 @@ def records(profiles: list[Profile], boundary: Boundary = "zero", head_modes=HEA
     out = []
     for p in profiles:
         ppl = perplexities(p.nll, p.meta["train_len"])
+        if curves is not None:
+            ppl = {**ppl, **copy_gains(curves.get((p.run, p.bca)), p.meta["train_len"])}
         for head_mode in head_modes:
             if head_mode == "mean-R" and p.heads_averaged:
                 continue

@@ -19,24 +19,23 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
+from .checkpoints import CONFIG_JSON, MODEL_FILE, build_model, load_checkpoint, load_weights, read_json, read_tensors
 from .data import eval_windows, get_batch, load_splits
-from .files import atomic_write
+from .files import SUMS_FILE, atomic_write, sha256_file, write_text_atomic
 from .model import ModelConfig, Transformer
 
 BETAS = (0.9, 0.98)
 GRAD_CLIP = 1.0
 MIN_LR_RATIO = 0.1  # the cosine decays to lr * MIN_LR_RATIO
 EVAL_WINDOWS = 128  # held-out windows of train_len for the final train/validation loss
-STATE_JSON, MODEL_FILE, CONFIG_JSON = "state.json", "model.safetensors", "config.json"
+STATE_JSON = "state.json"
 
 
 def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
@@ -79,113 +78,10 @@ def evaluate_loss(model: Transformer, tokens: torch.Tensor, max_windows: int = E
     return total / len(windows)
 
 
-# ---------------------------------------------------------------- atomic files, checkpoints, loading
+# ---------------------------------------------------------------- resume state
 
 def _write_json(path: Path, obj: dict) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1) + "\n"))
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint file {path} is missing")
-    try:
-        obj = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"checkpoint file {path} is not valid JSON ({err})") from err
-    if not isinstance(obj, dict):
-        raise ValueError(f"checkpoint file {path} must hold a JSON object")
-    return obj
-
-
-def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint file {path} is missing")
-    try:
-        return load_file(path)  # safetensors: no pickle
-    except (SafetensorError, OSError, ValueError) as err:
-        raise ValueError(f"checkpoint file {path} is corrupt or truncated ({err})") from err
-
-
-def build_model(cfg) -> torch.nn.Module:
-    """The model of a config: our :class:`Transformer` for a :class:`ModelConfig`, a `transformers`
-    architecture (:class:`attnres_helpers.hf.HFCausalLM`) for an ``hf.HFConfig``."""
-    if isinstance(cfg, ModelConfig):
-        return Transformer(cfg)
-    from .hf import HFCausalLM, HFConfig  # transformers is imported only when one is asked for
-
-    if isinstance(cfg, HFConfig):
-        return HFCausalLM(cfg)
-    raise ValueError(f"cfg must be a ModelConfig or an hf.HFConfig, got {type(cfg).__name__}")
-
-
-def _is_config(cfg) -> bool:
-    hf = sys.modules.get("attnres_helpers.hf")  # an HFConfig exists only once hf was imported
-    return isinstance(cfg, ModelConfig) or (hf is not None and isinstance(cfg, hf.HFConfig))
-
-
-def _model_config(meta: dict, path: Path):
-    try:
-        if isinstance(meta["model"], dict) and "architecture" in meta["model"]:
-            from .hf import HFConfig
-
-            return HFConfig.from_dict(meta["model"])
-        return ModelConfig.from_dict(meta["model"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"checkpoint file {path} has a bad model config: {err}") from err
-
-
-def _load_weights(model: Transformer, tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """Copy tensors into the model after checking names, shapes and finiteness (errors name `path`)."""
-    expected = model.state_dict()
-    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        raise ValueError(f"checkpoint file {path} does not match the model config: "
-                         f"missing tensors {missing}, unexpected tensors {unexpected}")
-    for name, ref in expected.items():
-        if tensors[name].shape != ref.shape:
-            raise ValueError(f"checkpoint file {path}: tensor {name} has shape {tuple(tensors[name].shape)}, "
-                             f"the model config needs {tuple(ref.shape)}")
-        if not torch.isfinite(tensors[name]).all():
-            raise ValueError(f"checkpoint file {path}: tensor {name} has non-finite values")
-    model.load_state_dict({name: t.float() for name, t in tensors.items()})
-
-
-def load_checkpoint(path: str | Path) -> torch.nn.Module:
-    """The shipped model in `path` (a run directory, or its model.safetensors), fp32 on CPU, eval mode.
-
-    Reads config.json and model.safetensors with json and safetensors only (never unpickles). A missing,
-    corrupt, truncated or mismatched file raises an error that names it.
-    """
-    path = Path(path)
-    run_dir = path.parent if path.is_file() else path
-    config_path, weights_path = run_dir / CONFIG_JSON, run_dir / MODEL_FILE
-    cfg = _model_config(_read_json(config_path), config_path)
-    if isinstance(cfg, ModelConfig):
-        _check_header(weights_path, cfg, config_path)
-    elif not weights_path.is_file():  # (an HFConfig is bounded by its own validation)
-        raise FileNotFoundError(f"checkpoint file {weights_path} is missing")
-    model = build_model(cfg)
-    _load_weights(model, _read_tensors(weights_path), weights_path)
-    return model.eval()
-
-
-def _check_header(weights_path: Path, cfg: ModelConfig, config_path: Path) -> None:
-    """Compare the config with the weights' shapes from the safetensors header alone, before any
-    model is built: a config.json that disagrees with its weights (or asks for a huge model) is
-    refused without allocating it."""
-    if not weights_path.is_file():
-        raise FileNotFoundError(f"checkpoint file {weights_path} is missing")
-    try:
-        with safe_open(weights_path, framework="pt") as f:
-            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
-    except (SafetensorError, OSError, ValueError) as err:
-        raise ValueError(f"checkpoint file {weights_path} is corrupt or truncated ({err})") from err
-    blocks = {name.split(".")[1] for name in shapes if name.startswith("blocks.")}
-    expected = {"wte.weight": (cfg.vocab_size, cfg.d_model), "blocks.0.attn.qkv.weight": (3 * cfg.d_model, cfg.d_model)}
-    if len(blocks) != cfg.n_layer or any(shapes.get(k) != v for k, v in expected.items()):
-        raise ValueError(f"checkpoint file {config_path} does not match the weights in {weights_path}: the config asks for "
-                         f"{cfg.n_layer} layers of width {cfg.d_model}, the weights have {len(blocks)} layers and "
-                         f"embedding shape {shapes.get('wte.weight')}")
 
 
 def _save_state(out_dir: Path, step: int, model, optimizer, meta: dict) -> None:
@@ -209,7 +105,7 @@ def _load_state(out_dir: Path, expected_meta: dict, model, optimizer) -> dict:
     The JSON must record the same model config and training settings as `expected_meta`.
     """
     state_path = out_dir / STATE_JSON
-    meta = _read_json(state_path)
+    meta = read_json(state_path)
     if {k: meta.get(k) for k in expected_meta} != expected_meta:
         raise ValueError(f"checkpoint file {state_path} was written by a run with other settings; "
                          "use another out_dir or resume=False")
@@ -217,8 +113,8 @@ def _load_state(out_dir: Path, expected_meta: dict, model, optimizer) -> dict:
             and isinstance(meta.get("losses"), list) and isinstance(meta.get("wall_s"), float)):
         raise ValueError(f"checkpoint file {state_path} lacks one of 'step', 'tensor_file', 'losses', 'wall_s'")
     tensor_path = out_dir / meta["tensor_file"]
-    tensors = _read_tensors(tensor_path)
-    _load_weights(model, {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}, tensor_path)
+    tensors = read_tensors(tensor_path)
+    load_weights(model, {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}, tensor_path)
     reference = optimizer.state_dict()  # param_groups come from this run's own settings (checked equal)
     slots: dict[int, dict] = {}
     for key, value in tensors.items():
@@ -255,9 +151,7 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
     run with the same settings is loaded (fp16 weights) instead of retrained. Returns (model, summary),
     where summary is the content of config.json.
     """
-    settings = {"steps": steps, "batch_tokens": batch_tokens, "lr": lr, "warmup": warmup, "seed": seed,
-                "weight_decay": weight_decay, "betas": list(BETAS), "grad_clip": GRAD_CLIP,
-                "min_lr_ratio": MIN_LR_RATIO}
+    settings = training_settings(steps, batch_tokens, lr, warmup, seed, weight_decay)
     _check_settings(cfg, settings, checkpoint_every, device)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -266,10 +160,11 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
     meta = {"model": cfg.to_dict(), "train": settings}
 
     if resume and (out_dir / CONFIG_JSON).is_file():
-        finished = _read_json(out_dir / CONFIG_JSON)
+        finished = read_json(out_dir / CONFIG_JSON)
         if {k: finished.get(k) for k in meta} != meta:
             raise ValueError(f"checkpoint file {out_dir / CONFIG_JSON} is a finished run with other settings; "
                              "use another out_dir or resume=False")
+        _seal(out_dir)  # a run killed after its config.json was written: finish its last two steps
         return load_checkpoint(out_dir), finished
 
     torch.manual_seed(seed)  # weight init
@@ -313,14 +208,31 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
         "device": str(device), "torch": torch.__version__, "losses": losses}}
     half = {k: v.detach().cpu().half().contiguous() for k, v in model.state_dict().items()}
     atomic_write(out_dir / MODEL_FILE, lambda tmp: save_file(half, tmp))
-    _write_json(out_dir / CONFIG_JSON, summary)
-    for stale in [out_dir / STATE_JSON, *out_dir.glob("state-*.safetensors")]:
-        stale.unlink(missing_ok=True)
+    _write_json(out_dir / CONFIG_JSON, summary)  # from here on the run is finished
+    _seal(out_dir)
     return model.eval(), summary
 
 
+def training_settings(steps: int, batch_tokens: int, lr: float, warmup: int, seed: int,
+                      weight_decay: float = 0.1) -> dict:
+    """Everything that determines a training run besides the model config, as config.json records it."""
+    return {"steps": steps, "batch_tokens": batch_tokens, "lr": lr, "warmup": warmup, "seed": seed,
+            "weight_decay": weight_decay, "betas": list(BETAS), "grad_clip": GRAD_CLIP, "min_lr_ratio": MIN_LR_RATIO}
+
+
+def _seal(out_dir: Path) -> None:
+    """A finished run's last steps: delete the resume state, then write SHA256SUMS of its two files
+    (config.json and model.safetensors), unless it is there already; anything else in the folder stays
+    unlisted, so the loader refuses it."""
+    for stale in [out_dir / STATE_JSON, *out_dir.glob("state-*.safetensors")]:
+        stale.unlink(missing_ok=True)
+    if not (out_dir / SUMS_FILE).is_file():
+        write_text_atomic(out_dir / SUMS_FILE, "".join(f"{sha256_file(out_dir / name)}  {name}\n"
+                                                       for name in (CONFIG_JSON, MODEL_FILE)))
+
+
 def _check_settings(cfg: ModelConfig, settings: dict, checkpoint_every: int, device: str) -> None:
-    if not _is_config(cfg):
+    if not hasattr(cfg, "build"):
         raise ValueError(f"cfg must be a ModelConfig or an hf.HFConfig, got {type(cfg).__name__}")
     integers = {**{name: settings[name] for name in ("steps", "batch_tokens", "warmup", "seed")},
                 "checkpoint_every": checkpoint_every}

@@ -6,8 +6,9 @@ Three datasets, queued in this order on one GPU, ``--jobs`` models at a time:
    4 heads of 64, L = 256), every encoding, seeds 0-2, 1500 steps of 16384 tokens, lr 1e-3,
    measured at L, 2L and 4L -> ``data/results/large.safetensors``. Checkpoints are not shipped
    (6.3M parameters each); the profiles are.
-2. ``family`` (notebook 05): :data:`attnres_helpers.experiments.FAMILY` at the default
-   configuration, seeds 0-2 -> ``data/results/family.safetensors`` (plan: data/results/family_plan.md).
+2. ``family`` (notebook 05, v1): :data:`attnres_helpers.experiments.FAMILY` at the default
+   configuration, seeds 0-2 -> ``family.safetensors`` (plan: data/results/family_plan.md). The
+   datasets themselves are defined in :mod:`attnres_helpers.experiments.specs`.
 3. ``sweep`` (second round of data/sweep): points around the default configuration, RoPE, ALiBi
    and sinusoidal, seeds 0-2, measured at L and 2L -> ``data/sweep/round2.safetensors``.
 
@@ -28,53 +29,8 @@ from pathlib import Path
 
 import torch
 
-from attnres_helpers.experiments import (
-    MEASURE,
-    SEEDS,
-    TRAINING,
-    Dataset,
-    RunSpec,
-    family_dataset,
-    model_config,
-    run_datasets,
-)
-from attnres_helpers.model import MODEL_ENCODINGS, preset
-
-LARGE_TRAINING = {"steps": 1500, "batch_tokens": 16384, "lr": 1e-3, "warmup": 100}
-SWEEP_ENCODINGS = ("rope", "alibi", "sinusoidal")
-# Round 2 of the sweep: changes from the default configuration (model fields, training settings).
-SWEEP_POINTS = {
-    "steps400": ({}, {"steps": 400, "warmup": 40}),
-    "steps800": ({}, {"steps": 800, "warmup": 50}),
-    "steps3200": ({}, {"steps": 3200}),
-    "L64": ({"train_len": 64}, {}),
-    "depth2": ({"n_layer": 2}, {}),
-    "depth6": ({"n_layer": 6}, {}),
-    "lr1e-3": ({}, {"lr": 1e-3}),
-}
-
-
-def large_dataset(out: Path, runs: Path, device: str) -> Dataset:
-    specs = [RunSpec(f"{e}-s{s}", preset("large", encoding=e), s, runs / "large" / f"{e}-s{s}",
-                     LARGE_TRAINING, {"device": device, "preset": "large"})
-             for s in SEEDS for e in MODEL_ENCODINGS]
-    about = {"command": "python scripts/gpu_runs.py", "dataset": "large", "measure": MEASURE, "training": LARGE_TRAINING,
-             "device": device, "tf32": device.startswith("cuda")}
-    return Dataset(out / "large.safetensors", specs, about, torch.float16)
-
-
-def sweep_dataset(out: Path, runs: Path, device: str) -> Dataset:
-    specs = []
-    for point, (model_changes, train_changes) in SWEEP_POINTS.items():
-        training = {**TRAINING, **train_changes}
-        for s in SEEDS:
-            for e in SWEEP_ENCODINGS:
-                cfg = model_config(e, **model_changes)
-                specs.append(RunSpec(f"{point}-{e}-s{s}", cfg, s, runs / "sweep" / f"{point}-{e}-s{s}",
-                                     training, {"point": point, "device": device}, {**MEASURE, "multiples": (1, 2)}))
-    about = {"command": "python scripts/gpu_runs.py", "dataset": "sweep round 2", "measure": {**MEASURE, "multiples": (1, 2)},
-             "device": device, "points": SWEEP_POINTS}
-    return Dataset(out / "round2.safetensors", specs, about, torch.float16)
+from attnres_helpers.experiments import SEEDS, family_dataset, large_dataset, run_datasets, sweep_dataset
+from attnres_helpers.model import preset
 
 
 def main(argv=None) -> None:

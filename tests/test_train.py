@@ -10,7 +10,8 @@ from safetensors.torch import load_file, save_file
 
 import attnres_helpers.train as train_mod
 from attnres_helpers.__main__ import main as cli_main
-from attnres_helpers.model import PRESETS, preset
+from attnres_helpers.model import PRESETS, ModelConfig, preset
+from attnres_helpers.files import sha256_file, sha256sums
 from attnres_helpers.train import MIN_LR_RATIO, atomic_write, load_checkpoint, lr_at, train
 
 TINY = PRESETS["tiny"]
@@ -38,6 +39,13 @@ def _copy(run_dir, tmp_path):
     return shutil.copytree(run_dir, tmp_path / "copy")
 
 
+def _reseal(run_dir):
+    """Rewrite a run's SHA256SUMS for its (edited) files: a folder whose hashes match but whose content is
+    inconsistent, to reach the checks behind the hash check."""
+    (run_dir / "SHA256SUMS").write_text("".join(f"{sha256_file(run_dir / n)}  {n}\n"
+                                                for n in ("config.json", "model.safetensors")))
+
+
 def test_lr_schedule_warmup_then_cosine():
     lr, steps, warmup = 1.0, 101, 10
     assert lr_at(0, steps, lr, warmup) == pytest.approx(0.1)
@@ -61,7 +69,8 @@ def test_a_few_steps_lower_the_loss(tmp_path):
 
 def test_shipped_form_is_fp16_and_round_trips(finished):
     out, model, summary = finished
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]  # resume state removed
+    assert sorted(p.name for p in out.iterdir()) == ["SHA256SUMS", "config.json", "model.safetensors"]  # state removed
+    assert (out / "SHA256SUMS").read_text() == sha256sums(out)  # the finished run is sealed
     assert all(t.dtype == torch.float16 for t in load_file(out / "model.safetensors").values())
     config = json.loads((out / "config.json").read_text())
     assert config == json.loads(json.dumps(summary)) and config["model"] == TINY.to_dict()
@@ -159,21 +168,31 @@ def _rewrite_json(path, edit):
     (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:500]),
      r"model\.safetensors is corrupt or truncated"),
     (lambda d: save_file({k: v for k, v in load_file(d / "model.safetensors").items() if k != "ln_f.weight"},
-                         d / "model.safetensors"), r"model\.safetensors.*missing tensors \['ln_f.weight'\]"),
+                         d / "model.safetensors"), r"model\.safetensors.*name or shape, e\.g\. 'ln_f\.weight'"),
     (lambda d: save_file({k: v.fill_(float("nan")) for k, v in load_file(d / "model.safetensors").items()},
                          d / "model.safetensors"), r"model\.safetensors.*non-finite"),
 ])
 def test_corrupt_checkpoint_errors_name_the_file(finished, tmp_path, corrupt, match):
     run_dir = _copy(finished[0], tmp_path)
     corrupt(run_dir)
+    with pytest.raises(ValueError, match=r"does not match SHA256SUMS"):  # the hash check comes first
+        load_checkpoint(run_dir)
+    _reseal(run_dir)  # hashes that match an inconsistent folder: the checks behind them
     with pytest.raises(ValueError, match=match):
         load_checkpoint(run_dir)
 
 
-def test_missing_checkpoint_file_is_named(finished, tmp_path):
+def test_missing_unlisted_and_unsealed_checkpoint_files_are_refused(finished, tmp_path):
     run_dir = _copy(finished[0], tmp_path)
+    (run_dir / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"notes\.txt is not listed in SHA256SUMS"):
+        load_checkpoint(run_dir)
+    (run_dir / "notes.txt").unlink()
     (run_dir / "model.safetensors").unlink()
-    with pytest.raises(FileNotFoundError, match=r"model\.safetensors"):
+    with pytest.raises(ValueError, match=r"model\.safetensors is listed in SHA256SUMS but missing"):
+        load_checkpoint(run_dir)
+    (run_dir / "SHA256SUMS").unlink()
+    with pytest.raises(ValueError, match=r"has no SHA256SUMS .* cannot be verified"):
         load_checkpoint(run_dir)
 
 
@@ -372,10 +391,13 @@ def test_debris_of_killed_writes_is_removed_at_the_next_start(tmp_path, monkeypa
     assert len(calls) == RUN["steps"] - 4  # resumed from state-0000004, the debris ignored
     assert not any(d.exists() for d in debris) and all(k.read_text() == "mine" for k in keep)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["config.json", "model.safetensors"] + [k.name for k in keep])
+        ["SHA256SUMS", "config.json", "model.safetensors"] + [k.name for k in keep])
     assert (tmp_path / "model.safetensors").read_bytes() == (finished[0] / "model.safetensors").read_bytes()
     assert path.name not in {p.name for p in tmp_path.iterdir()}
-    # a finished run is loaded, and the debris is removed all the same
+    # a finished run is loaded (once the user's own files are gone: the loader refuses unlisted files),
+    # and the debris is removed all the same
+    for k in keep:
+        k.unlink()
     (tmp_path / ".config.json.tmp-7").write_text("{")
     train(TINY, out_dir=tmp_path, **RUN)
     assert not (tmp_path / ".config.json.tmp-7").exists()
@@ -450,8 +472,10 @@ def test_oversized_config_is_refused_from_the_header_before_any_model_is_built(f
     header shapes first: refused with the file named, and no Transformer is ever constructed."""
     run_dir = _copy(finished[0], tmp_path)
     _rewrite_json(run_dir / "config.json", lambda c: c["model"].update(d_model=8192, n_layer=16))
+    _reseal(run_dir)
     built = []
-    monkeypatch.setattr(train_mod, "Transformer", lambda cfg: built.append(cfg))
+    real_build = ModelConfig.build
+    monkeypatch.setattr(ModelConfig, "build", lambda cfg: built.append(torch.empty(0).device) or real_build(cfg))
     with pytest.raises(ValueError, match=r"config\.json does not match the weights.*16 layers of width 8192"):
         load_checkpoint(run_dir)
-    assert built == []
+    assert [str(d) for d in built] == ["meta"]  # built once, on the meta device (no memory), to read its shapes

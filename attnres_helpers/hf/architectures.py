@@ -54,6 +54,10 @@ class HFConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def build(self) -> "HFCausalLM":
+        """The model of this config (random weights), behind this project's model interface."""
+        return HFCausalLM(self)
+
     @classmethod
     def from_dict(cls, d: dict) -> "HFConfig":
         names = {f.name for f in fields(cls)}

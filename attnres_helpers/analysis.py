@@ -13,6 +13,7 @@ are *configurations*, a setting evaluated without or with BCA, at their seed mea
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,27 +61,40 @@ def _run_values(recs: list[dict], L: int) -> dict:
     """Per-run columns from one run's records at one mask setting (head mode and boundary fixed)."""
     by = {(r["eval_len"], r["layer"]): r for r in recs}
     values = {}
+    for key, column in (("copy_gain_past_L", "copy past L"), ("copy_gain_within_L", "copy within L")):
+        gain = next((r.get(key) for r in recs if r.get(key) is not None), None)
+        if gain is not None:
+            values[column] = gain
     for k, name in ((2, "2L"), (4, "4L")):
         r = by.get((k * L, "mean"))
         if r is not None and r["perplexity_past_L"] is not None:
             values[f"rise {name}"] = r["perplexity_past_L"] / r["perplexity_first_L"]
+            values[f"ppl past L {name}"] = r["perplexity_past_L"]
     for (k, layer), column in {(2, "upper"): "R(2L) upper", (2, "mean"): "R(2L) mean",
                                (1, "upper"): "R(L) upper"}.items():
         if (k * L, layer) in by:
             values[column] = by[(k * L, layer)]["resolution"]
+            if by[(k * L, layer)].get("resolution_sink_free") is not None:
+                values[column + " sink-free"] = by[(k * L, layer)]["resolution_sink_free"]
+    if "R(2L) upper" in values and values.get("R(L) upper", 0) > 0:
+        values["drop upper"] = values["R(2L) upper"] / values["R(L) upper"]
     return values
 
 
 def family_points(profiles: list[Profile], head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero",
-                  min_seeds: int = 1) -> list[Point]:
+                  min_seeds: int = 1, curves: dict | None = None, seeds=None) -> list[Point]:
     """One :class:`Point` per (setting, BCA) in ``profiles`` (the family store), in store order.
 
     Settings whose runs lack a ``config`` label are refused; configurations with fewer than
-    ``min_seeds`` seeds are left out.
+    ``min_seeds`` seeds are left out; ``seeds``: only these seeds (None: all). With ``curves`` (the
+    store's copy probe, :func:`store.load_curves`) the points gain ``copy past L`` and ``copy within L``.
     """
     if not profiles:
-        raise ValueError("no profiles: train the family first (python -m attnres_helpers family)")
-    recs = [r for r in records(profiles, boundary, head_modes=(head_mode,)) if isinstance(r["layer"], str)]
+        raise ValueError("no profiles: train the family first (python -m attnres_helpers family-v2)")
+    if seeds is not None:
+        profiles = [p for p in profiles if p.meta["seed"] in seeds]
+    recs = [r for r in records(profiles, boundary, head_modes=(head_mode,), curves=curves)
+            if isinstance(r["layer"], str)]
     groups: dict[tuple[str, bool], dict[int, list[dict]]] = {}
     for r in recs:
         if "config" not in r:
@@ -240,3 +254,171 @@ def verdict(result: PlanResult) -> tuple[str, list[str]]:
     lines.append(f"The BCA indicator alone: {bca}. |ρ_R| − |ρ_BCA| = {d:+.2f} [{lo:+.2f}, {hi:+.2f}]: R "
                  + ("beats the indicator." if beats else "does not beat the indicator."))
     return category, lines
+
+
+# ---------------------------------------------------------------------------------------------- plan v2
+
+V2_PLAN = "data/results/family_plan_v2.md"
+V2_PREDICTOR = "R(2L) upper"
+V2_SECONDARY_PREDICTORS = ("drop upper", "R(2L) mean", "design R(2L)")
+V2_OUTCOMES = {"rise 2L": -1, "copy past L": +1}  # outcome -> the sign of ρ(R, outcome) that supports R
+V2_SEEDS = (0, 1, 2)  # the primary analysis (seeds 3 and 4 enter a labelled secondary one only)
+WITHIN_FAMILIES = ("rope", "xpos", "alibi")  # families with at least 4 settings
+PREDICTS = "R predicts, beyond the mask"
+TRACKS_MASK = "R tracks the mask; inconclusive beyond it"
+INCONCLUSIVE = "inconclusive"
+AGAINST = "evidence against"
+UNNAMED = "a case the plan does not name"
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One predictor against one outcome under plan v2 (every interval on the same cluster resamples)."""
+
+    predictor: str
+    outcome: str
+    sign: int  # the sign of ρ that supports R
+    bca_off_only: bool  # the copy outcome's primary test is over the BCA-off configurations only
+    primary: Correlation  # p_value: the permutation within mask setting (for BCA off only: plain)
+    p_unrestricted: float
+    within: dict  # mask setting -> Correlation (pooled tests only)
+    within_family: dict  # family -> Correlation over its BCA-off settings
+    partial_given_bca: float | None
+    baselines: dict  # name -> Correlation with the outcome
+    beats_bca: tuple | None  # |ρ_R| − |ρ_BCA| and its interval (pooled tests only)
+    settings: int
+
+
+def _supports(c: Correlation, sign: int) -> bool:
+    return (c.low > 0) if sign > 0 else (c.high < 0)
+
+
+def _against(c: Correlation, sign: int) -> bool:
+    return (c.high < 0) if sign > 0 else (c.low > 0)
+
+
+def test_v2(points: list[Point], predictor: str, outcome: str, n_resamples: int = 10000,
+            confidence_level: float = 0.95, rng=0, bca_off_only: bool | None = None) -> TestResult:
+    """Plan v2's test of ``predictor`` against ``outcome``: Spearman's ρ, a cluster-bootstrap interval over
+    trained settings, the permutation p within mask setting (the unrestricted one beside it), ρ within
+    each mask setting and within each family of WITHIN_FAMILIES (BCA off), the partial ρ given BCA, and
+    the baselines (BCA indicator, family mean, family + BCA mean, and the other predictors) on the same
+    resamples. ``bca_off_only`` (default: for the copy outcome) restricts the test to BCA off."""
+    sign = V2_OUTCOMES[outcome]
+    bca_off_only = outcome == "copy past L" if bca_off_only is None else bca_off_only
+    pts = [p for p in points if not p.bca] if bca_off_only else list(points)
+    y, settings = column(pts, outcome), [p.setting for p in pts]
+    families = np.array([p.family for p in pts])
+    bca = bca_indicator(pts)
+    predictors = {predictor: column(pts, predictor)}
+    for other in (V2_PREDICTOR, *V2_SECONDARY_PREDICTORS):
+        if other != predictor:
+            predictors[other] = column(pts, other)
+    predictors["family mean"] = group_mean_baseline(y, families)
+    if not bca_off_only:
+        predictors["BCA indicator"] = bca
+        predictors["family + BCA mean"] = group_mean_baseline(y, np.char.add(families, np.where(bca > 0, " +BCA", "")))
+    # a baseline that is constant over these points (one family only) ranks nothing: left out
+    predictors = {k: v for k, v in predictors.items() if k == predictor or np.ptp(v) > 0}
+    common = {"n_resamples": n_resamples, "rng": rng}
+    cors, reps = _cluster_correlations(predictors, y, settings, n_resamples, confidence_level, rng)
+    strata = None if bca_off_only else bca
+    _, p_within = spearman_permutation_test(predictors[predictor], y, strata=strata, **common)
+    _, p_all = spearman_permutation_test(predictors[predictor], y, **common)
+    first = cors.pop(predictor)
+    primary = Correlation(first.rho, first.low, first.high, first.n, p_within)
+    within, beats, partial = {}, None, None
+    if not bca_off_only:
+        names = list(predictors)
+        diff = np.abs(reps[:, 0]) - np.abs(reps[:, names.index("BCA indicator")])
+        beats = (abs(primary.rho) - abs(cors["BCA indicator"].rho), *percentile_interval(diff, confidence_level))
+        partial = partial_spearman(predictors[predictor], y, bca)
+        for flag in (False, True):
+            sub = [p for p in pts if p.bca == flag]
+            within[flag] = cluster_correlations({predictor: column(sub, predictor)}, column(sub, outcome),
+                                                [p.setting for p in sub], confidence_level=confidence_level,
+                                                **common)[predictor]
+    within_family = {}
+    for family in WITHIN_FAMILIES:
+        sub = [p for p in pts if p.family == family and not p.bca]
+        if len(sub) >= 4:
+            within_family[family] = cluster_correlations({predictor: column(sub, predictor)}, column(sub, outcome),
+                                                         [p.setting for p in sub], confidence_level=confidence_level,
+                                                         **common)[predictor]
+    return TestResult(predictor, outcome, sign, bca_off_only, primary, p_all, within, within_family, partial, cors,
+                      beats, len(set(settings)))
+
+
+def verdict_v2(result: TestResult) -> tuple[str, list[str]]:
+    """Plan v2's category for ``result`` (with its predicted sign) and the sentences that say why."""
+    pr, sign = result.primary, result.sign
+    side = "above" if sign > 0 else "below"
+    where = "over the BCA-off configurations" if result.bca_off_only else "pooled over both mask settings"
+    lines = [f"{result.predictor} against {result.outcome}, {where} ({result.settings} trained settings): {pr}; "
+             f"the unrestricted permutation p = {result.p_unrestricted:.3g} (labelled; the plan's p is "
+             f"{'plain' if result.bca_off_only else 'within mask setting'}). Support needs ρ {side} 0."]
+    holds = _supports(pr, sign) and pr.p_value is not None and pr.p_value < 0.05
+    if _against(pr, sign):
+        category = AGAINST
+        lines.append(f"The interval excludes 0 on the wrong side: higher R goes with {'less' if sign > 0 else 'more'} "
+                     "extrapolation here.")
+    elif not holds:
+        category = INCONCLUSIVE
+        why = "its interval crosses 0" if not _supports(pr, sign) else f"p = {pr.p_value:.3g} ≥ 0.05"
+        lines.append(f"The primary test does not hold ({why}).")
+    elif result.bca_off_only:
+        category = PREDICTS
+        lines.append("The primary test holds: within BCA off, R ranks the outcome with an interval excluding 0.")
+    else:
+        off = result.within[False]
+        lines.append(f"Within BCA off: {off}. Within BCA on: {result.within[True]}. "
+                     f"Partial ρ given BCA: {result.partial_given_bca:+.2f}.")
+        if _supports(off, sign):
+            category = PREDICTS
+            lines.append("The pooled test holds, and within BCA off R still ranks the outcome with an interval "
+                         "excluding 0.")
+        elif _against(off, sign):
+            category = UNNAMED
+            lines.append("The pooled test holds, but within BCA off the interval excludes 0 on the wrong side.")
+        else:
+            category = TRACKS_MASK
+            lines.append("The pooled test holds, but within BCA off the interval crosses 0: no evidence beyond the mask.")
+    if result.beats_bca is not None:
+        d, lo, hi = result.beats_bca
+        bca = result.baselines["BCA indicator"]
+        lines.append(f"The BCA indicator alone: {bca}. |ρ_R| − |ρ_BCA| = {d:+.2f} [{lo:+.2f}, {hi:+.2f}]: R "
+                     + ("beats the indicator." if lo > 0 else "does not beat the indicator."))
+    if "family mean" in result.baselines:
+        lines.append(f"The family-mean baseline: {result.baselines['family mean']}.")
+    return category, lines
+
+
+def base_bound(L_context: int) -> float:
+    """Men et al. 2024's minimum RoPE base for a context of ``L_context`` tokens: 0.0424 · C^1.628."""
+    return 0.0424 * L_context ** 1.628
+
+
+def base_bound_table(points: list[Point], L: int, outcomes=tuple(V2_OUTCOMES)) -> list[dict]:
+    """For each RoPE setting (BCA off): its base, log(base / base_min(2L)), the bound's categorical
+    prediction (keeps the 2L context when base >= base_min(2L)) and the observed outcomes."""
+    rows = []
+    for p in points:
+        if p.family != "rope" or p.bca:
+            continue
+        base = float(p.setting.rsplit(" ", 1)[-1])
+        rows.append({"setting": p.setting, "base": base, "log base / bound": math.log(base / base_bound(2 * L)),
+                     "predicted to keep 2L": base >= base_bound(2 * L),
+                     **{o: p.values.get(o) for o in outcomes}})
+    return sorted(rows, key=lambda r: r["base"])
+
+
+def regime_check(points: list[Point], rope: str = "rope base 10000", alibi: str = "alibi slopes x1") -> dict:
+    """Plan v2's regime check: per seed, is RoPE's perplexity past L (same 2L windows, BCA off) above
+    ALiBi's? ``{"seeds": {seed: (rope, alibi)}, "worse": n, "of": m, "holds": n >= 2}``."""
+    by = {p.setting: p for p in points if not p.bca}
+    if rope not in by or alibi not in by:
+        raise ValueError(f"the regime check needs {rope!r} and {alibi!r} without BCA")
+    a, b = by[rope].per_seed["ppl past L 2L"], by[alibi].per_seed["ppl past L 2L"]
+    seeds = {s: (a[s], b[s]) for s in sorted(set(a) & set(b))}
+    worse = sum(x > y for x, y in seeds.values())
+    return {"seeds": seeds, "worse": worse, "of": len(seeds), "holds": worse >= 2}

@@ -24,7 +24,10 @@ import numpy as np
 from .encodings import resolution_pair
 from .metric import Boundary, HeadMode
 
-FAMILIES = ("rope", "xpos", "alibi", "sinusoidal", "nope")  # the encodings with a design-time curve
+FAMILIES = ("rope", "xpos", "alibi", "sinusoidal", "nope", "t5", "kerple")  # the encodings with a design-time curve
+# A learned bias's design-time curve is its initialisation: T5's zero table is NoPE's flat curve; KERPLE's
+# p = a = 1 is the registry's kerple-log curve at those values (plan v2).
+DESIGN_NAMES = {"t5": "nope", "kerple": "kerple-log"}
 
 
 # --------------------------------------------------------------------------- Spearman's ρ
@@ -98,8 +101,10 @@ def design_params(encoding: str, model: dict) -> dict:
         return params
     if encoding == "alibi":
         return {"heads": model["n_head"], "scale": float(model["alibi_slope_scale"])}
-    if encoding in ("sinusoidal", "nope"):
+    if encoding in ("sinusoidal", "nope", "t5"):
         return {}
+    if encoding == "kerple":  # learned; its design-time curve is the one it starts from (p = a = 1)
+        return {"p": 1.0, "a": 1.0}
     raise ValueError(f"no design-time curve for encoding {encoding!r}; known: {', '.join(FAMILIES)}")
 
 
@@ -110,7 +115,8 @@ def design_resolution(encoding: str, model: dict, L: int, bca: bool = False, hea
     With BCA no query sees a key L or more positions back (blocks of L/2), so the 2L profile is
     the L profile followed by e^{s} = 0, and with boundary "zero" R(2L) = R(L) exactly.
     """
-    r_L, r_2L = resolution_pair(encoding, L, head_mode, boundary, **design_params(encoding, model))
+    name = DESIGN_NAMES.get(encoding, encoding)
+    r_L, r_2L = resolution_pair(name, L, head_mode, boundary, **design_params(encoding, model))
     return (r_L, r_L) if bca else (r_L, r_2L)
 
 
@@ -233,10 +239,12 @@ def spearman_cluster_bootstrap(x, y, clusters, n_resamples: int = 10000, confide
     return (rho, *percentile_interval(rhos, confidence_level))
 
 
-def spearman_permutation_test(x, y, n_resamples: int = 10000, rng=0) -> tuple[float, float]:
+def spearman_permutation_test(x, y, n_resamples: int = 10000, rng=0, strata=None) -> tuple[float, float]:
     """Spearman's ρ of x and y and a two-sided permutation p-value: ``(rho, p_value)``.
 
-    Each of the ``n_resamples`` resamples permutes y (independently of x) and computes ρ_b;
+    Each of the ``n_resamples`` resamples permutes y (independently of x) and computes ρ_b; with
+    ``strata`` (one label per point), y is permuted only within each stratum (e.g. within mask
+    setting, so that the mask's own effect is never broken up);
     p = (1 + #{b : |ρ_b| ≥ |ρ_obs|}) / (n_resamples + 1), which counts the observed data as one
     of the permutations, so 1/(n_resamples + 1) ≤ p ≤ 1. ``|ρ_b| ≥ |ρ_obs|`` is tested with a
     relative tolerance of 1e-12 so that ties with ρ_obs are not lost to rounding.
@@ -248,14 +256,25 @@ def spearman_permutation_test(x, y, n_resamples: int = 10000, rng=0) -> tuple[fl
     rx, ry = rx - rx.mean(), ry - ry.mean()
     norm = np.sqrt((rx**2).sum() * (ry**2).sum())
     threshold = abs(rho) * (1 - 1e-12)
+    groups = [np.arange(len(ry))] if strata is None else _strata(strata, len(ry))
     extreme = 0
     chunk = max(1, 2_000_000 // len(rx))
     for start in range(0, n_resamples, chunk):
         b = min(chunk, n_resamples - start)
-        permuted = generator.permuted(np.broadcast_to(ry, (b, len(ry))), axis=1)  # (b, n)
+        permuted = np.empty((b, len(ry)))
+        for members in groups:  # each stratum's y shuffled among its own points
+            permuted[:, members] = generator.permuted(np.broadcast_to(ry[members], (b, len(members))), axis=1)
         rhos = permuted @ rx / norm  # (b,)
         extreme += int((np.abs(rhos) >= threshold).sum())
     return rho, (1 + extreme) / (n_resamples + 1)
+
+
+def _strata(labels, n: int) -> list[np.ndarray]:
+    """The point indices of each stratum, in np.unique's order of the labels."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or len(labels) != n:
+        raise ValueError(f"strata must give one label per point: {n} points but strata has shape {labels.shape}")
+    return [np.flatnonzero(labels == value) for value in np.unique(labels)]
 
 
 def partial_spearman(x, y, z) -> float:

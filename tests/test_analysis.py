@@ -93,3 +93,77 @@ def test_missing_columns_and_empty_stores_are_refused():
     points = synthetic([1.0, 2.0, 3.0], [3.0, 2.0, 1.0], [False] * 3, ["a", "b", "c"])
     with pytest.raises(ValueError, match="column 'rise 4L' is missing for a, b, c"):
         analysis.column(points, "rise 4L")
+
+
+# ---------------------------------------------------------------------------------------------- plan v2
+
+def synthetic_v2(x, rise, copy, bca, settings, families):
+    return [Point(s, f, b, {"R(2L) upper": xi, "drop upper": xi / 2, "R(2L) mean": xi + 1, "design R(2L)": -xi,
+                            "rise 2L": r, "copy past L": c}, {"rise 2L": {0: r}})
+            for xi, r, c, b, s, f in zip(x, rise, copy, bca, settings, families)]
+
+
+def test_v2_support_within_the_mask_and_the_copy_outcome():
+    n = 12
+    x = np.r_[np.arange(n), np.arange(n) + 0.5]
+    fams = (["rope"] * 4 + ["xpos"] * 4 + ["alibi"] * 4) * 2
+    points = synthetic_v2(x, -x, x, [False] * n + [True] * n, [f"s{i}" for i in range(n)] * 2, fams)
+    rise = analysis.test_v2(points, "R(2L) upper", "rise 2L", **FAST)
+    assert rise.primary.rho == pytest.approx(-1.0) and rise.primary.p_value == pytest.approx(1 / 501)
+    assert set(rise.within_family) == {"rope", "xpos", "alibi"}
+    assert all(c.rho == pytest.approx(-1.0) for c in rise.within_family.values())
+    assert analysis.verdict_v2(rise)[0] == analysis.PREDICTS
+    copy = analysis.test_v2(points, "R(2L) upper", "copy past L", **FAST)
+    assert copy.bca_off_only and copy.primary.n == n and copy.primary.rho == pytest.approx(1.0)
+    assert analysis.verdict_v2(copy)[0] == analysis.PREDICTS
+    assert copy.baselines["design R(2L)"].rho == pytest.approx(-1.0)  # a secondary on the same resamples
+
+
+def test_v2_mask_only_is_tracks_the_mask_and_the_restricted_p_is_not_fooled():
+    """R jumps with BCA and the outcome drops with it, unrelated within each mask: the pooled ρ is strong
+    and the unrestricted permutation p small, but the within-mask permutation p is not."""
+    rng = np.random.default_rng(3)
+    n = 12
+    bca = np.r_[np.zeros(n), np.ones(n)].astype(bool)
+    x, y = bca * 10 + rng.random(2 * n), -10.0 * bca + rng.random(2 * n)
+    points = synthetic_v2(x, y, y, bca, [f"s{i}" for i in range(n)] * 2, ["rope"] * 2 * n)
+    result = analysis.test_v2(points, "R(2L) upper", "rise 2L", **FAST)
+    assert result.p_unrestricted < 0.01 and result.primary.p_value > 0.05
+    assert analysis.verdict_v2(result)[0] == analysis.INCONCLUSIVE  # the plan's p is the restricted one
+
+
+def test_v2_wrong_sign_is_evidence_against_and_noise_is_inconclusive():
+    n = 12
+    x = np.arange(2 * n, dtype=float)
+    fams = ["alibi"] * 2 * n
+    against = synthetic_v2(x, x, -x, [False] * n + [True] * n, [f"s{i}" for i in range(2 * n)], fams)
+    assert analysis.verdict_v2(analysis.test_v2(against, "R(2L) upper", "rise 2L", **FAST))[0] == analysis.AGAINST
+    assert analysis.verdict_v2(analysis.test_v2(against, "R(2L) upper", "copy past L", **FAST))[0] == analysis.AGAINST
+    rng = np.random.default_rng(4)
+    noise = synthetic_v2(rng.random(2 * n), rng.random(2 * n), rng.random(2 * n), [False] * n + [True] * n,
+                         [f"s{i}" for i in range(n)] * 2, fams)
+    assert analysis.verdict_v2(analysis.test_v2(noise, "R(2L) upper", "rise 2L", **FAST))[0] == analysis.INCONCLUSIVE
+
+
+def test_stratified_permutation_keeps_each_stratum():
+    """Within strata a and b, y keeps its values: p is that of ρ over the within-stratum shuffles only."""
+    from attnres_helpers.stats import spearman_permutation_test
+
+    x = np.r_[np.zeros(10), np.ones(10)] + np.linspace(0, 0.1, 20)
+    y = np.r_[np.zeros(10), np.ones(10)] + np.random.default_rng(0).random(20) * 0.01
+    _, p_all = spearman_permutation_test(x, y, n_resamples=2000, rng=0)
+    _, p_within = spearman_permutation_test(x, y, n_resamples=2000, rng=0, strata=[0] * 10 + [1] * 10)
+    assert p_all < 0.01 and p_within > 0.05
+    with pytest.raises(ValueError, match="one label per point"):
+        spearman_permutation_test(x, y, strata=[0, 1])
+
+
+def test_base_bound_and_regime_check():
+    assert analysis.base_bound(256) == pytest.approx(0.0424 * 256 ** 1.628)
+    points = [Point(f"rope base {b}", "rope", False, {"rise 2L": r}, {}) for b, r in ((100, 2.0), (10000, 1.5))]
+    rows = analysis.base_bound_table(points, 128)
+    assert [r["predicted to keep 2L"] for r in rows] == [False, True]
+    regime = [Point("rope base 10000", "rope", False, {}, {"ppl past L 2L": {0: 6.0, 1: 5.0, 2: 7.0}}),
+              Point("alibi slopes x1", "alibi", False, {}, {"ppl past L 2L": {0: 5.5, 1: 5.5, 2: 5.5}})]
+    check = analysis.regime_check(regime)
+    assert (check["worse"], check["of"], check["holds"]) == (2, 3, True)

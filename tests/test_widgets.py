@@ -1,5 +1,6 @@
 """The explorer without a kernel: its pure update functions, and its widgets driven by .value."""
 
+import asyncio
 import math
 import re
 
@@ -12,10 +13,14 @@ from attnres_helpers.encodings import DESIGN_CURVES, resolution_pair, score_curv
 from attnres_helpers.metric import BOUNDARIES, HEAD_MODES, resolution
 from attnres_helpers.store import load_profiles, records as store_records
 from attnres_helpers.widgets import (
+    CLOSE_SCORE_NATS,
+    COMPARE_DEFAULT,
     FIGURE_DPI,
+    REDRAW_DELAY_S,
     CompareFigure,
     SingleFigure,
     TrainedFigure,
+    close_on_plot,
     coinciding,
     compare_readout_html,
     compare_states,
@@ -30,6 +35,7 @@ from attnres_helpers.widgets import (
     help_html,
     min_max_decimate,
     readout_html,
+    rgb_png,
     save_default_image,
     slider_bounds,
     trained_catalogue,
@@ -188,17 +194,20 @@ def test_switching_encoding_rebuilds_sliders_from_the_registry():
 
 
 def test_callback_errors_are_shown_in_the_widget():
+    """An L outside the slider's range, typed in the box, is refused in the widget; the plot and readout keep
+    the last valid L. (Until T5's max_distance slider started above num_buckets // 2, this test set an
+    invalid max_distance; no slider can reach that error now: test_t5_max_distance_slider_stays_valid.)"""
     ui = explorer("t5", 256)
     error, readout = part(ui, "attnres-error"), part(ui, "attnres-readout")
     assert error.layout.display == "none"
-    part(ui, "attnres-slider-num_buckets").value = 128
     before = readout.value
-    part(ui, "attnres-slider-max_distance").value = 8  # <= num_buckets // 2: invalid
+    part(ui, "attnres-L-box").value = 4096  # above the slider's 2048
     assert error.layout.display != "none"
-    assert "ValueError" in error.value and "max_distance must exceed" in error.value
-    assert readout.value == before
-    part(ui, "attnres-slider-max_distance").value = 128
+    assert "ValueError" in error.value and "L must be an integer in [16, 2048]" in error.value and "got 4096" in error.value
+    assert readout.value == before and part(ui, "attnres-slider-L").value == 256
+    part(ui, "attnres-L-box").value = 512
     assert error.layout.display == "none" and error.value == ""
+    assert readout.value == readout_html(explorer_state("t5", 512))
 
 
 def test_compare_mode_overlays_several_encodings():
@@ -340,11 +349,25 @@ def test_x_ticks_are_distances():
 def test_the_length_box_and_slider_are_linked():
     ui = explorer("rope", 512)
     slider, box, readout = part(ui, "attnres-slider-L"), part(ui, "attnres-L-box"), part(ui, "attnres-readout")
-    assert isinstance(box, widgets.BoundedIntText) and (box.min, box.max) == (slider.min, slider.max)
+    assert isinstance(box, widgets.IntText) and not isinstance(box, widgets.BoundedIntText)  # no silent clamping
     box.value = 1000  # not a multiple of the slider's step: the box takes any integer
     assert slider.value == 1000 and readout.value == readout_html(explorer_state("rope", 1000))
     slider.value = 256
     assert box.value == 256 and readout.value == readout_html(explorer_state("rope", 256))
+
+
+@pytest.mark.parametrize("typed", [8, 15, 2049, 100_000])
+def test_the_length_box_refuses_values_outside_the_range_with_a_message(typed):
+    """The notebook says the box takes any integer from 16 to 2048 and refuses others with a message:
+    the value is kept in the box, named in the message, and nothing else moves."""
+    ui = explorer("rope", 512)
+    slider, box, readout, error = (part(ui, c) for c in ("attnres-slider-L", "attnres-L-box", "attnres-readout", "attnres-error"))
+    before = readout.value
+    box.value = typed
+    assert box.value == typed and slider.value == 512 and readout.value == before
+    assert error.layout.display is None and f"L must be an integer in [16, 2048]" in error.value and f"got {typed}" in error.value
+    slider.value = 528  # any valid change clears the message and puts the box back in step
+    assert box.value == 528 and error.layout.display == "none"
 
 
 def test_the_plot_is_a_png_shown_at_its_pixel_size():
@@ -396,6 +419,125 @@ def test_help_text_computes_its_numbers_and_links_notebook_01():
     weights = np.r_[p, np.full(N - 1, q)]
     assert float(resolution(np.log(weights))) == pytest.approx(p * p - p * q + q * q, rel=1e-12)
     assert part(explorer(), "attnres-help").value == text
+
+
+def test_why_so_small_is_specific_to_the_encoding_shown():
+    """Each encoding's panel gives its own reason, with its numbers computed from its own curve; the
+    bound it quotes holds. (RoPE's "2 × scale" text used to be shown for every encoding.)"""
+    texts = {name: help_html(1024, name) for name in DESIGN_CURVES}
+    assert len(set(texts.values())) == len(texts)  # no two encodings share a text
+    for name, text in texts.items():
+        state = explorer_state(name, 1024)
+        assert f"Why so small for {name} at its defaults?" in text
+        if name in ("sinusoidal", "rope", "xpos"):
+            assert f"max p = {format_sig(state['weights_L'].max())}" in text and "2 × scale = 16 nats" in text
+            assert state["R_L"] <= state["weights_L"].max()
+        else:
+            p0 = state["weights_L"][0]
+            assert "2 × scale" not in text and f"p_0 = {format_sig(p0)}" in text
+            assert state["R_L"] <= p0 * p0 * (1 + 1e-12)  # R <= p_0² for scores that never rise with distance
+    assert "m̄ = 0.125 nats a distance" in texts["alibi"]  # the mean of ALiBi's 8 slopes, 2^-1 .. 2^-8
+    assert "every distance gets p = 1/1024" in texts["nope"] and "<i>scale</i> slider" not in texts["nope"]  # NoPE has none
+    ui = explorer()
+    help_box = part(ui, "attnres-help")
+    for name in ("alibi", "t5", "rope"):
+        part(ui, "attnres-encoding").value = name
+        assert help_box.value == help_html(1024, name)
+    part(ui, "attnres-mode").value = "compare"
+    assert "Choose one encoding in single mode" in help_box.value
+
+
+def test_every_control_label_is_shown_in_full():
+    """Labels are as wide as their text ("head convention", "number of heads" were cut to "head convent…")."""
+    def labelled(widget):
+        if getattr(widget, "description", "") and hasattr(widget, "style") and hasattr(widget.style, "description_width"):
+            yield widget
+        for child in getattr(widget, "children", ()):
+            yield from labelled(child)
+
+    ui, trained = explorer("alibi"), trained_explorer(experiments.STORE)
+    part(ui, "attnres-mode").value = "compare"
+    found = {w.description: w.style.description_width for root in (ui, trained) for w in labelled(root)}
+    assert {"head convention", "number of heads", "eval length", "L (train)", "setting"} <= set(found)
+    assert set(found.values()) == {"initial"}, found
+
+
+def test_t5_max_distance_slider_stays_valid():
+    """Every value T5's max_distance slider can take is accepted: its low end follows num_buckets."""
+    step = DESIGN_CURVES["t5"].params["max_distance"].step
+    for buckets in range(2, 129, 2):
+        low, _ = slider_bounds("t5", "max_distance", {"num_buckets": buckets})
+        explorer_state("t5", 64, {"num_buckets": buckets, "max_distance": int(low)})  # the slider's lowest value
+        if low - step >= DESIGN_CURVES["t5"].params["max_distance"].low:
+            with pytest.raises(ValueError, match="max_distance must exceed"):
+                explorer_state("t5", 64, {"num_buckets": buckets, "max_distance": int(low - step)})
+    ui = explorer("t5", 256)
+    max_distance, readout = part(ui, "attnres-slider-max_distance"), part(ui, "attnres-readout")
+    assert max_distance.min == 20  # num_buckets 32: above 16
+    max_distance.value = 20
+    part(ui, "attnres-slider-num_buckets").value = 128
+    assert max_distance.min == 68 and max_distance.value == 68  # raised with it: 64 would be refused
+    assert readout.value == readout_html(explorer_state("t5", 256, {"num_buckets": 128, "max_distance": 68}))
+    assert part(ui, "attnres-error").layout.display == "none"
+    assert "max_distance starts above num_buckets // 2 = 64" in part(ui, "attnres-note").value
+
+
+def test_numpy_integers_are_integers():
+    ui = explorer("rope", np.int64(64))
+    assert part(ui, "attnres-slider-L").value == 64
+    state = explorer_state("rope", np.int64(64))
+    assert state["L"] == 64 and type(state["L"]) is int
+    assert state["R_L"] == explorer_state("rope", 64)["R_L"]
+    with pytest.raises(ValueError, match=r"L must be an integer in \[16, 2048\]"):
+        explorer("rope", np.float64(64.0))
+
+
+def test_compare_mode_says_why_curves_lie_on_top_of_each_other():
+    """At the defaults, five of the six curves stay within ~10 nats of s[0] on a score axis that reaches
+    −1000: the readout names them and gives the numbers."""
+    states = compare_states(list(COMPARE_DEFAULT), 1024)
+    close = close_on_plot(states)
+    assert close["names"] == ["sinusoidal", "rope", "xpos", "kerple-log", "t5"]  # all but ALiBi
+    spans = {s["name"]: np.abs(s["profile"] - s["profile"][0]).max() for s in states}
+    assert close["span"] == max(spans[n] for n in close["names"]) and spans["alibi"] > CLOSE_SCORE_NATS
+    text = compare_readout_html(states)
+    assert "sinusoidal, rope, xpos, kerple-log and t5 lie close together on these axes" in text
+    assert f"within {format_sig(close['span'])} nats" in text and f"factor {format_sig(close['factor'])} of uniform" in text
+    assert close_on_plot(compare_states(["rope", "alibi"], 1024)) is None
+    ui = explorer()
+    part(ui, "attnres-mode").value = "compare"
+    assert "lie close together" in part(ui, "attnres-readout").value
+
+
+def test_rapid_changes_are_drawn_once_for_the_last_of_them():
+    """In a running event loop (a kernel), a burst of changes updates the readout each time but draws
+    the plot once, for the last change; without one (scripts, these tests) every change draws."""
+    ui = explorer("rope", 512)
+    length, readout, plot = part(ui, "attnres-slider-L"), part(ui, "attnres-readout"), part(ui, "attnres-plot")
+    drawn = ui.drawer.drawn
+    length.value = 528
+    assert ui.drawer.drawn == drawn + 1  # no loop: at once
+
+    async def burst():
+        for L in (544, 560, 576, 592):
+            length.value = L
+            assert readout.value == readout_html(explorer_state("rope", L))  # the readout follows every change
+        assert ui.drawer.drawn == drawn + 1  # nothing drawn yet: the plot waits for the burst to end
+        await asyncio.sleep(10 * REDRAW_DELAY_S)
+
+    asyncio.run(burst())
+    assert ui.drawer.drawn == drawn + 2
+    assert bytes(plot.value) == SingleFigure().render(explorer_state("rope", 592))  # the last one
+
+
+def test_png_encoder_is_lossless():
+    from PIL import Image
+    import io
+
+    rgb = np.random.default_rng(0).integers(0, 256, size=(7, 11, 3), dtype=np.uint8)
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(rgb_png(rgb))).convert("RGB")), rgb)
+    with pytest.raises(ValueError, match=r"expected an \(height, width, 3\) uint8 image"):
+        rgb_png(rgb.astype(np.float32))
 
 
 # --------------------------------------------------------------------------- the trained-model explorer
@@ -506,6 +648,112 @@ def test_trained_figure_marks_L(catalogue):
     for ax in figure.axes:
         assert f"{L} (L)" in [t.get_text() for t in ax.get_xticklabels()]
         assert any(line.get_xdata()[0] == L for line in ax.get_lines() if len(line.get_xdata()) == 2)
+
+
+def test_trained_readout_shows_R_without_the_sink(catalogue, shipped_records):
+    """R without the first-token entries (n, 0), beside R, each equal to the store's own record."""
+    checked = 0
+    for rec in shipped_records["zero"]:
+        if rec["layer"] in ("upper",) or rec["encoding"] != "rope":
+            continue
+        state = trained_state(catalogue, "rope", rec["seed"], rec["layer"], "mean", rec["eval_len"] // rec["train_len"], rec["bca"])
+        assert state["R_sink_free"][rec["head_mode"], "zero"] == pytest.approx(rec["resolution_sink_free"], rel=1e-12, abs=1e-15)
+        checked += 1
+    assert checked > 100
+    state = trained_state(catalogue, "rope", 0, 1, "mean", 2, False)
+    assert state["R_sink_free"]["mean-scores", "zero"] != state["R"]["mean-scores", "zero"]  # a different query
+    text = trained_readout_html(state)
+    assert "zero, no sink" in text and "drop, no sink" in text
+    for mode in HEAD_MODES:
+        assert f">{format_sig(state['R_sink_free'][mode, 'drop'])}<" in text
+
+
+@pytest.fixture(scope="module")
+def family():
+    return trained_catalogue(experiments.FAMILY_STORE)
+
+
+def test_trained_explorer_on_a_family_store_chooses_the_setting(family):
+    """The family store holds six RoPE settings (bases) per seed: each is its own run, chosen by name
+    and labelled, not collapsed into one (the index used to be keyed by encoding)."""
+    profiles, _ = load_profiles(experiments.FAMILY_STORE)
+    settings = sorted({p.meta["config"] for p in profiles if p.meta["encoding"] == "rope"})
+    assert sorted(family["settings"]["rope"]) == settings and len(settings) == 6
+    assert sum(len(v) for v in family["settings"].values()) == len({p.meta["config"] for p in profiles}) == 21
+    with pytest.raises(ValueError, match="this store holds 6 settings of rope: choose one with setting="):
+        trained_state(family, "rope", 0, eval_multiple=2)
+    recs = store_records(profiles)
+    runs = set()
+    for setting in settings:
+        state = trained_state(family, "rope", 0, "mean", "mean", 2, False, setting=setting)
+        rec = next(r for r in recs if (r["config"], r["seed"], r["eval_len"], r["bca"], r["layer"], r["head_mode"])
+                   == (setting, 0, 2 * family["train_len"], False, "mean", "mean-scores"))
+        assert state["run"] == rec["run"] and state["R"]["mean-scores", "zero"] == pytest.approx(rec["resolution"], rel=1e-12)
+        assert f"<b>rope · {setting}, seed 0</b>" in trained_readout_html(state)
+        assert state["R_sink_free"]["mean-scores", "zero"] is None  # this store has no key-0 scores
+        assert "n/a" in trained_readout_html(state) and "this store has no key-0 scores" in trained_readout_html(state)
+        runs.add(state["run"])
+    assert len(runs) == 6
+    with pytest.raises(ValueError, match=r"setting \(for rope\) must be one of"):
+        trained_state(family, "rope", 0, setting="alibi slopes x1")
+
+
+def test_trained_explorer_widget_on_a_family_store(family):
+    ui = trained_explorer(experiments.FAMILY_STORE)
+    setting, readout = part(ui, "attnres-t-setting"), part(ui, "attnres-trained-readout")
+    assert setting.layout.display is None and not setting.disabled and list(setting.options) == family["settings"]["rope"]
+    setting.value = "rope base 300"
+    assert readout.value == trained_readout_html(trained_state(family, "rope", 0, "mean", "mean", 2, False, "rope base 300"))
+    part(ui, "attnres-t-encoding").value = "nope"  # one setting: shown, greyed out
+    assert setting.disabled and list(setting.options) == ["nope"]
+    part(ui, "attnres-t-encoding").value = "xpos"
+    assert not setting.disabled and setting.value == family["settings"]["xpos"][0]
+    assert part(ui, "attnres-error").layout.display == "none"
+    shipped = trained_explorer(experiments.STORE)
+    assert part(shipped, "attnres-t-setting").layout.display == "none"  # the shipped store: the settings are the encodings
+
+
+def test_trained_axes_stay_put_when_only_bca_or_the_length_changes(catalogue):
+    """BCA on and off, and T = L, 2L, 4L, are drawn on the same axes, so they can be compared by eye."""
+    figure = TrainedFigure()
+
+    def axes_of(**kwargs):
+        figure.render(trained_state(catalogue, "rope", 0, **kwargs))
+        return [(ax.get_xlim(), ax.get_ylim()) for ax in figure.axes]
+
+    for layer, head in (("mean", "mean"), (1, "mean"), (2, 3)):
+        seen = {tuple(axes_of(layer=layer, head=head, eval_multiple=k, bca=bca)) for k in (1, 2, 4) for bca in (False, True)}
+        assert len(seen) == 1, (layer, head)
+    assert axes_of(layer=1, eval_multiple=2) != axes_of(layer=0, eval_multiple=2)  # a different layer may rescale
+
+
+def test_trained_tick_labels_do_not_collide(catalogue):
+    """At 4L the labels of L/2 and L ran into each other ("64128 (L)"): no two labels overlap now."""
+    figure = TrainedFigure()
+    figure.render(trained_state(catalogue, "rope", 0, eval_multiple=4))
+    renderer = figure.fig.canvas.get_renderer()
+    for ax in figure.axes:
+        boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "128 (L)", "256 (2L)", "512 (4L)"]
+        for a, b in zip(boxes, boxes[1:]):
+            assert a.x1 + 2 <= b.x0, (a, b)  # at least 2 px apart
+        assert boxes[-1].x1 <= figure.fig.bbox.x1
+
+
+def test_trained_rapid_changes_are_drawn_once(catalogue):
+    ui = trained_explorer(experiments.STORE)
+    eval_length, bca, plot = part(ui, "attnres-t-eval"), part(ui, "attnres-t-bca"), part(ui, "attnres-trained-plot")
+    drawn = ui.drawer.drawn
+
+    async def burst():
+        eval_length.value, bca.value, eval_length.value = 4, True, 1
+        await asyncio.sleep(10 * REDRAW_DELAY_S)
+
+    asyncio.run(burst())
+    assert ui.drawer.drawn == drawn + 1
+    last = trained_state(catalogue, "rope", 0, "mean", "mean", 1, True)
+    assert part(ui, "attnres-trained-readout").value == trained_readout_html(last)
+    assert bytes(plot.value) == TrainedFigure().render(last)
 
 
 # --------------------------------------------------------------------------- static pictures

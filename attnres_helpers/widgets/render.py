@@ -1,0 +1,173 @@
+"""What both explorers share to draw: Agg figures without pyplot, a fast PNG of the canvas, blitting,
+min–max decimation of long curves, "latest wins" redraws, and finding a widget by its CSS class."""
+
+from __future__ import annotations
+
+import asyncio
+import numbers
+import struct
+import zlib
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+FIGURE_DPI = 100  # figures are rendered at FIGURE_DPI and shown at their pixel size: no rescaling
+FONT_PT = 9  # the smallest font in the explorers' figures
+REDRAW_DELAY_S = 0.05  # changes closer together than this (key repeat: ~33 ms) are drawn once, for the last of them
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+LAYERS_KEPT = 8  # cached layers of a blitted figure (about 1.2 MB each at 900 × 330)
+
+
+def new_figure(width_in: float, height_in: float) -> Figure:
+    """An Agg figure (no pyplot, no global state) of the given size in inches at :data:`FIGURE_DPI`."""
+    fig = Figure(figsize=(width_in, height_in), dpi=FIGURE_DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def rgb_png(rgb: np.ndarray) -> bytes:
+    """A lossless PNG of an ``(height, width, 3)`` uint8 image: rows unfiltered, zlib level 1.
+
+    Plots are mostly flat colour, which zlib packs well without PNG's per-row filters; skipping
+    them makes the encoding about 2.5× faster than PIL's at the same level (a few ms at 900 × 330).
+    """
+    if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
+        raise ValueError(f"expected an (height, width, 3) uint8 image, got {rgb.dtype} {rgb.shape}")
+    height, width, _ = rgb.shape
+    rows = np.empty((height, 1 + 3 * width), np.uint8)
+    rows[:, 0] = 0  # filter type 0 (none) on every row
+    rows[:, 1:] = rgb.reshape(height, 3 * width)
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return PNG_SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(rows.tobytes(), 1)) + _chunk(b"IEND", b"")
+
+
+def png_bytes(fig: Figure) -> bytes:
+    """The canvas as it stands (no redraw) as a PNG at its pixel size."""
+    return rgb_png(np.asarray(fig.canvas.buffer_rgba())[..., :3])
+
+
+def figure_layout(fig: Figure) -> widgets.Layout:
+    """An ``Image`` layout that shows the figure at its pixel size (narrower only if the page is)."""
+    width, _ = fig.canvas.get_width_height()
+    return widgets.Layout(width=f"{width}px", max_width="100%", height="auto")
+
+
+class BlitFigure:
+    """A figure drawn in three layers, so that an update draws as little as it can.
+
+    The static parts are drawn once into a background (:meth:`redraw_background`). ``layered``
+    artists, which change less often (tick labels, axes, legends), are drawn over it into a second
+    layer, cached per ``layer_key`` (the last :data:`LAYERS_KEPT` keys used): the caller sets every
+    artist up for the state before :meth:`blit`, which draws the layered ones only for a key it has
+    not cached. ``animated`` artists (the curves) are drawn over that layer on every update.
+    """
+
+    fig: Figure
+    animated: tuple = ()
+    layered: tuple = ()
+
+    def redraw_background(self) -> None:
+        for artist in (*self.layered, *self.animated):
+            artist.set_animated(True)
+        self.fig.canvas.draw()
+        self.background = self.fig.canvas.copy_from_bbox(self.fig.bbox)
+        self.layers = {}  # layer_key -> the background with the layered artists drawn for that key
+
+    def _draw_visible(self, artists) -> None:
+        for artist in artists:
+            if artist.get_visible():
+                self.fig.draw_artist(artist)
+
+    def blit(self, layer_key=None) -> bytes:
+        """Restore the cached layer for ``layer_key`` (drawing it over the background first if it is
+        not cached), draw the animated artists, and return the PNG."""
+        canvas = self.fig.canvas
+        if layer_key in self.layers:
+            layer = self.layers.pop(layer_key)
+            canvas.restore_region(layer)
+        else:
+            canvas.restore_region(self.background)
+            self._draw_visible(self.layered)
+            layer = canvas.copy_from_bbox(self.fig.bbox)
+        self.layers[layer_key] = layer  # most recently used last
+        while len(self.layers) > LAYERS_KEPT:
+            self.layers.pop(next(iter(self.layers)))
+        self._draw_visible(self.animated)
+        return png_bytes(self.fig)
+
+
+def min_max_decimate(x: np.ndarray, y: np.ndarray, buckets: int = 400):
+    """Fewer points that draw the same picture: ``x (N,)``, ``y (..., N) -> (..., M), (..., M)``.
+
+    Cuts the distances into ``buckets`` runs of k points and keeps each run's minimum
+    and maximum, in order (the tail that does not fill a run is kept whole). A line
+    through them spans the same values in every run, so at ~1 run per pixel column it
+    looks the same as the full line, at a fraction of the drawing time.
+    """
+    if isinstance(buckets, bool) or not isinstance(buckets, numbers.Integral) or buckets < 1:
+        raise ValueError(f"buckets must be >= 1 (an integer count of runs), got {buckets!r}")
+    N = y.shape[-1]
+    k = N // buckets
+    if k < 3:
+        return np.broadcast_to(x, y.shape), y
+    kept = buckets * k
+    runs = y[..., :kept].reshape(*y.shape[:-1], buckets, k)  # (..., buckets, k)
+    low, high = runs.argmin(-1), runs.argmax(-1)  # (..., buckets)
+    pairs = np.stack([np.minimum(low, high), np.maximum(low, high)], axis=-1) + k * np.arange(buckets)[:, None]
+    tail = np.broadcast_to(np.arange(kept, N), (*y.shape[:-1], N - kept))
+    index = np.concatenate([pairs.reshape(*y.shape[:-1], 2 * buckets), tail], axis=-1)  # (..., M)
+    return x[index], np.take_along_axis(y, index, axis=-1)
+
+
+class LatestWins:
+    """Calls ``draw(request)`` for the last of a burst of requests only.
+
+    Inside a running asyncio loop (a Jupyter kernel handling widget messages), each request
+    replaces the pending one and restarts a timer of ``delay_s``: key presses that arrive
+    faster than that are drawn once, for the last of them, instead of queueing a redraw
+    each. Without a running loop (a script, a test) each request is drawn at once.
+    ``drawn`` counts the draws.
+    """
+
+    def __init__(self, draw, delay_s: float = REDRAW_DELAY_S):
+        self.draw, self.delay_s = draw, delay_s
+        self.pending, self.timer, self.drawn = None, None, 0
+
+    def request(self, request) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._draw(request)
+            return
+        self.pending = request
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = loop.call_later(self.delay_s, self._fire)
+
+    def now(self, request) -> None:
+        """Draw ``request`` at once, dropping any pending one."""
+        if self.timer is not None:
+            self.timer.cancel()
+        self.pending, self.timer = None, None
+        self._draw(request)
+
+    def _fire(self) -> None:
+        request, self.pending, self.timer = self.pending, None, None
+        self._draw(request)
+
+    def _draw(self, request) -> None:
+        self.drawn += 1
+        self.draw(request)
+
+
+def find_by_class(widget, css_class: str):
+    """The first widget in the tree under ``widget`` that carries ``css_class`` (None if none does)."""
+    if css_class in getattr(widget, "_dom_classes", ()):
+        return widget
+    return next((hit for child in getattr(widget, "children", ()) if (hit := find_by_class(child, css_class)) is not None), None)

@@ -1,23 +1,28 @@
-"""Time one explorer update at N = 2L distances, against a naive loop implementation, side by side;
-then single mode against compare mode, side by side, with their ratio.
+"""Both explorers, timed in-process, side by side in one run, against their targets.
 
-An update computes the design-time curve over 0..2L-1, R at L and at 2L, and redraws
-the figure. The naive version computes the same curve and the same two R values with
-Python loops (no numpy), the way one would write Eq. 3 first; both run in this process,
-interleaved, on the same inputs, and must agree. Compare mode (six encodings at their
-defaults, overlaid) is timed the same way, through the widget: a step of the L slider in
-single mode and in compare mode, interleaved, against targets of 50 ms and 100 ms.
+1. The design-time explorer at N = 2L distances: the curve and R pair against a naive loop
+   implementation (the same numbers), then a change through the widget (traitlets, readout,
+   redraw) in single and compare mode: scale moves and L steps, each to a value not seen before
+   (so every step redraws what a slider drag redraws), against targets of 50 ms and 100 ms.
+2. The trained-model explorer on the shipped store: a change of BCA, of the eval length, of the
+   layer, of the head and of the encoding, each through the widget, against a target of 150 ms;
+   beside it, the same figure redrawn in full (canvas.draw and PIL's PNG encoder), as the explorer
+   drew before it blitted.
+3. A burst of five changes inside a running event loop (as in a kernel): how many plots it draws.
 
-    .venv/bin/python benchmarks/bench_explorer.py            # N = 4096, RoPE defaults
+    .venv/bin/python benchmarks/bench_explorer.py            # N = 4096, RoPE
     .venv/bin/python benchmarks/bench_explorer.py --N 8192 --encoding xpos
 
-Not a timed test: the numbers depend on the machine and on what else runs on it
-(the median of --repeats runs is reported, and the minimum as the quiet-machine figure).
+Not a timed test: wall times depend on the machine and on what else runs on it. Every line gives
+the median and minimum wall time and the median CPU time of this process; on a loaded machine the
+wall time waits for a core, so compare ratios and CPU times, and read the load average printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import io
 import math
 import os
 import statistics
@@ -25,11 +30,12 @@ import time
 
 import numpy as np
 import torch
+from PIL import Image
 
 from attnres_helpers.encodings import curve_resolution, default_params, score_curve
 from attnres_helpers.widgets import (
-    COMPARE_DEFAULT, CompareFigure, SingleFigure, compare_readout_html, compare_states, explorer, explorer_state,
-    find_by_class, readout_html,
+    NO_BCA_REASON, REDRAW_DELAY_S, DEFAULT_STORE, TrainedFigure, explorer, find_by_class, trained_catalogue, trained_explorer,
+    trained_state,
 )
 
 
@@ -58,112 +64,161 @@ def vectorised_pair(L: int, params: dict) -> tuple[float, float]:
     return float(curve_resolution(curve[:L])), float(curve_resolution(curve))
 
 
-def seconds(fn, repeats: int, cpu: list | None = None) -> list[float]:
-    """Wall-clock seconds of ``repeats`` calls after one warm-up; their CPU seconds go to ``cpu``."""
-    fn()  # warm-up: imports, caches, the first Agg draw
-    times = []
-    for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        fn()
-        times.append(time.perf_counter() - start)
-        if cpu is not None:
-            cpu.append(time.process_time() - start_cpu)
-    return times
+class Timings:
+    """Wall and CPU seconds of repeated calls, collected in interleaved rounds."""
+
+    def __init__(self):
+        self.wall, self.cpu = [], []
+
+    def run(self, fn, repeats: int) -> None:
+        for _ in range(repeats):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            fn()
+            self.wall.append(time.perf_counter() - start)
+            self.cpu.append(time.process_time() - start_cpu)
+
+    @property
+    def median_ms(self) -> float:
+        return 1e3 * statistics.median(self.wall)
+
+    def line(self) -> str:
+        return (f"median {self.median_ms:7.2f} ms, min {1e3 * min(self.wall):7.2f} ms wall; "
+                f"CPU median {1e3 * statistics.median(self.cpu):7.2f} ms")
 
 
-def summary(times: list[float]) -> str:
-    return f"median {1e3 * statistics.median(times):7.2f} ms, min {1e3 * min(times):7.2f} ms"
+def walk(values):
+    """An endless iterator over ``values``, forward then back without repeating an end (a slider
+    dragged to and fro: every step is a change)."""
+    values = list(values)
+    while True:
+        yield from values[:-1]
+        yield from values[:0:-1]
+
+
+def setter(ui, css_class: str, values):
+    control, it = find_by_class(ui, css_class), walk(values)
+
+    def step():
+        control.value = next(it)
+
+    return step
+
+
+def full_redraw(figure: TrainedFigure, state: dict) -> bytes:
+    """The trained figure set up for ``state``, then drawn in full and encoded by PIL, as the
+    explorer drew on every change before it blitted (it also rebuilt every artist then)."""
+    figure.render(state)
+    figure.fig.canvas.draw()
+    width, height = figure.fig.canvas.get_width_height()
+    buffer = io.BytesIO()
+    Image.frombuffer("RGBA", (width, height), figure.fig.canvas.buffer_rgba(), "raw", "RGBA", 0, 1).convert("RGB").save(
+        buffer, format="png", compress_level=1)
+    return buffer.getvalue()
+
+
+def burst_draws(ui, css_class: str, values) -> int:
+    """Plots drawn for a burst of changes made inside a running event loop, as in a kernel."""
+    control, before = find_by_class(ui, css_class), ui.drawer.drawn
+
+    async def burst():
+        for value in values:
+            control.value = value
+        await asyncio.sleep(4 * REDRAW_DELAY_S)
+
+    asyncio.run(burst())
+    return ui.drawer.drawn - before
+
+
+def verdict(t: Timings, target_s: float) -> str:
+    return f"{'under' if t.median_ms < 1e3 * target_s else 'OVER'} {1e3 * target_s:.0f} ms"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--N", type=int, default=4096, help="distances drawn and used for R(2L); L = N/2 (default 4096)")
-    parser.add_argument("--encoding", default="rope", help="encoding for the full-update timing (default rope)")
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--encoding", default="rope", help="design-time encoding for the widget timings (default rope)")
+    parser.add_argument("--repeats", type=int, default=30, help="timed changes of each kind (default 30)")
     parser.add_argument("--naive-repeats", type=int, default=5)
     args = parser.parse_args()
-    if args.N < 4 or args.N % 2:
-        parser.error("--N must be an even integer >= 4")
+    if args.N < 4 or args.N % 2 or args.N // 2 > 2048 or args.N // 2 < 16 + 16 * args.repeats // 2:
+        parser.error(f"--N must be even, with L = N/2 in [{16 + 16 * args.repeats // 2}, 2048] for this many repeats")
     torch.set_num_threads(1)
+    load_before = os.getloadavg()[0]
     L = args.N // 2
     rope = default_params("rope")
-
     naive, fast = naive_pair(L, rope), vectorised_pair(L, rope)
     if not np.allclose(naive, fast, rtol=1e-9, atol=1e-12):
         raise SystemExit(f"naive {naive} and vectorised {fast} disagree")
 
-    figure = SingleFigure()
-    widget = explorer(args.encoding, L)
-    scale = find_by_class(widget, "attnres-slider-scale")
-    scale_values = iter(np.tile([scale.value, scale.value + scale.step], 10 * args.repeats))
-
-    def update():
-        state = explorer_state(args.encoding, L)
-        readout_html(state)
-        figure.render(state)
-
-    def slider_update():
-        scale.value = float(next(scale_values))
-
-    compare_figure = CompareFigure()
-
-    def compare_update():
-        states = compare_states(COMPARE_DEFAULT, L)
-        compare_readout_html(states)
-        compare_figure.render(states)
-
-    # the L slider, one step back and forth, in a single-mode and a compare-mode widget
-    single_ui, compare_ui = explorer(args.encoding, L), explorer(args.encoding, L)
-    find_by_class(compare_ui, "attnres-mode").value = "compare"
-    steps = {}
-    for name, ui in (("single", single_ui), ("compare", compare_ui)):
-        length = find_by_class(ui, "attnres-slider-L")
-        steps[name] = (length, iter(np.tile([L - length.step, L], 10 * args.repeats)))  # L may be the maximum
-
-    def length_step(name):
-        length, values = steps[name]
-        length.value = int(next(values))
-
-    # interleaved rounds, so that load from other processes hits every side alike
-    t_naive, t_fast, t_update, t_slider, cpu_slider = [], [], [], [], []
-    t_compare, t_L_single, t_L_compare, cpu_L_single, cpu_L_compare = [], [], [], [], []
+    # 1. design-time explorer: every step goes to a value not seen just before
+    single, compare = explorer(args.encoding, L), explorer(args.encoding, L)
+    find_by_class(compare, "attnres-mode").value = "compare"
+    scale = find_by_class(single, "attnres-slider-scale")
+    scales = [scale.value + k * scale.step for k in range(1, args.repeats + 1)]
+    lengths = [L - 16 * k for k in range(1, args.repeats // 2 + 1)]
+    design = {name: Timings() for name in ("naive", "vectorised", "scale", "L single", "L compare")}
+    steps = {"scale": setter(single, "attnres-slider-scale", scales), "L single": setter(single, "attnres-slider-L", lengths),
+             "L compare": setter(compare, "attnres-slider-L", lengths)}
+    for step in steps.values():
+        step()  # warm-up: imports, caches, the first Agg draw
     per_round = max(1, args.repeats // args.naive_repeats)
-    for _ in range(args.naive_repeats):
-        t_naive += seconds(lambda: naive_pair(L, rope), 1)
-        t_fast += seconds(lambda: vectorised_pair(L, rope), per_round)
-        t_update += seconds(update, per_round)
-        t_slider += seconds(slider_update, per_round, cpu_slider)
-        t_compare += seconds(compare_update, per_round)
-        t_L_single += seconds(lambda: length_step("single"), per_round, cpu_L_single)
-        t_L_compare += seconds(lambda: length_step("compare"), per_round, cpu_L_compare)
+    for _ in range(args.naive_repeats):  # interleaved rounds: load from other processes hits every side alike
+        design["naive"].run(lambda: naive_pair(L, rope), 1)
+        design["vectorised"].run(lambda: vectorised_pair(L, rope), per_round)
+        for name, step in steps.items():
+            design[name].run(step, per_round)
 
-    print(f"N = {args.N} distances (L = {L}), encoding {args.encoding!r} for the update, RoPE defaults for the pair")
+    # 2. trained explorer
+    ui = trained_explorer()
+    catalogue = trained_catalogue(DEFAULT_STORE)
+    trained_steps = {
+        "BCA on/off": setter(ui, "attnres-t-bca", [True, False]),
+        "eval length": setter(ui, "attnres-t-eval", catalogue["eval_multiples"]),
+        "layer": setter(ui, "attnres-t-layer", ["mean", *range(catalogue["layers"])]),
+        "head": setter(ui, "attnres-t-head", ["mean", *range(catalogue["heads"])]),
+        "encoding": setter(ui, "attnres-t-encoding", [e for e in catalogue["encodings"] if e not in NO_BCA_REASON]),
+    }
+    trained = {name: Timings() for name in (*trained_steps, "full redraw")}
+    redraw_figure = TrainedFigure()
+    states = [trained_state(catalogue, "rope", 0, "mean", "mean", k, b) for k in catalogue["eval_multiples"] for b in (False, True)]
+    redraws = walk(states)
+    full_redraw(redraw_figure, states[0])  # warm-up, and the first step of each walk (its value is already set)
+    for step in trained_steps.values():
+        step()
+    for _ in range(args.naive_repeats):
+        for name, step in trained_steps.items():
+            trained[name].run(step, per_round)
+        trained["full redraw"].run(lambda: full_redraw(redraw_figure, next(redraws)), per_round)
+    everything = Timings()
+    for name in trained_steps:
+        everything.wall += trained[name].wall
+        everything.cpu += trained[name].cpu
+
+    # 3. bursts
+    design_burst = burst_draws(single, "attnres-slider-L", [L - 16, L - 32, L - 48, L - 64, L - 80])
+    trained_burst = burst_draws(ui, "attnres-t-eval", [1, 4, 2, 1, 4])
+
+    load_after = os.getloadavg()[0]
+    print(f"load average over the last minute: {load_before:.1f} before, {load_after:.1f} after, on {os.cpu_count()} cores")
+    print(f"\n1. design-time explorer, N = {args.N} distances (L = {L}), encoding {args.encoding!r}")
     print(f"R(L), R(2L) at RoPE defaults: {fast[0]:.6f}, {fast[1]:.6f} (naive and vectorised agree)")
-    print(f"curve + R pair, naive loops : {summary(t_naive)}")
-    print(f"curve + R pair, vectorised  : {summary(t_fast)}")
-    print(
-        f"speed-up, naive / vectorised: {statistics.median(t_naive) / statistics.median(t_fast):.1f}x (medians), "
-        f"{min(t_naive) / min(t_fast):.1f}x (minima)"
-    )
-    print(f"one explorer update (curve, R pair, readout, redraw): {summary(t_update)}")
-    print(f"one slider move in the widget (the same, through traitlets): {summary(t_slider)}")
-    print(f"  its CPU time in this process: {summary(cpu_slider)} (wall minus CPU = waiting for a core)")
-    print(f"load average over the last minute: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    verdict = "under" if statistics.median(t_slider) < 0.050 else "OVER"
-    print(f"target < 50 ms per update at N = 4096: {verdict} (median of the slider moves)")
-    print()
-    print(f"single against compare mode ({len(COMPARE_DEFAULT)} encodings: {', '.join(COMPARE_DEFAULT)}), L = {L}:")
-    print(f"  one update, single mode  (curve, R pair, readout, redraw): {summary(t_update)}")
-    print(f"  one update, compare mode (the same for each encoding)   : {summary(t_compare)}")
-    print(f"  L slider step in the widget, single mode : {summary(t_L_single)}   (CPU: {summary(cpu_L_single)})")
-    print(f"  L slider step in the widget, compare mode: {summary(t_L_compare)}   (CPU: {summary(cpu_L_compare)})")
-    ratio = statistics.median(t_L_compare) / statistics.median(t_L_single)
-    print(f"  compare / single: {statistics.median(t_compare) / statistics.median(t_update):.2f}x (updates), "
-          f"{ratio:.2f}x (slider steps, medians), "
-          f"{statistics.median(cpu_L_compare) / statistics.median(cpu_L_single):.2f}x (their CPU times)")
-    for name, times, target in (("single", t_L_single, 0.050), ("compare", t_L_compare, 0.100)):
-        verdict = "under" if statistics.median(times) < target else "OVER"
-        print(f"  target < {1e3 * target:.0f} ms per {name}-mode step: {verdict} (median)")
+    print(f"  curve + R pair, naive loops        : {design['naive'].line()}")
+    print(f"  curve + R pair, vectorised         : {design['vectorised'].line()}")
+    print(f"  naive / vectorised: {design['naive'].median_ms / design['vectorised'].median_ms:.0f}x (medians)")
+    print(f"  scale move, single mode            : {design['scale'].line()}   {verdict(design['scale'], 0.050)}")
+    print(f"  L step, single mode                : {design['L single'].line()}   {verdict(design['L single'], 0.050)}")
+    print(f"  L step, compare mode (6 encodings) : {design['L compare'].line()}   {verdict(design['L compare'], 0.100)}")
+    print(f"  compare / single L step: {design['L compare'].median_ms / design['L single'].median_ms:.2f}x (medians)")
+    print(f"\n2. trained-model explorer, {catalogue['path'].rsplit('/', 1)[-1]} (T up to {max(catalogue['eval_multiples'])}L "
+          f"= {max(catalogue['eval_multiples']) * catalogue['train_len']})")
+    for name in trained_steps:
+        print(f"  {name:<13} change             : {trained[name].line()}   {verdict(trained[name], 0.150)}")
+    print(f"  every change above                 : {everything.line()}   {verdict(everything, 0.150)}")
+    print(f"  full redraw of the figure (before) : {trained['full redraw'].line()}")
+    print(f"  full redraw / BCA or length change: "
+          f"{trained['full redraw'].median_ms / statistics.median([trained['BCA on/off'].median_ms, trained['eval length'].median_ms]):.1f}x (medians)")
+    print(f"\n3. a burst of 5 changes inside a running event loop draws {design_burst} design-time plot(s) and "
+          f"{trained_burst} trained plot(s) (the last change; the readout follows every one)")
 
 
 if __name__ == "__main__":

@@ -530,6 +530,21 @@ def test_rapid_changes_are_drawn_once_for_the_last_of_them():
     assert bytes(plot.value) == SingleFigure().render(explorer_state("rope", 592))  # the last one
 
 
+def test_blitted_figures_draw_what_a_fresh_figure_draws(catalogue):
+    """Layers cached for earlier states are reused only where they fit: after any sequence of states,
+    each PNG is the one a new figure draws for that state alone, byte for byte."""
+    cases = [
+        (SingleFigure, [explorer_state("rope", L, {"scale": s}) for L, s in ((512, 8.0), (1024, 8.0), (1024, 12.0), (512, 8.0), (700, 3.0))]),
+        (CompareFigure, [compare_states(list(COMPARE_DEFAULT), L) for L in (512, 1024, 512)]),
+        (TrainedFigure, [trained_state(catalogue, "rope", 0, layer, "mean", k, bca)
+                         for layer, k, bca in (("mean", 2, False), (1, 4, True), ("mean", 1, False), (1, 4, True))]),
+    ]
+    for make, states in cases:
+        figure = make()
+        for state in states:
+            assert figure.render(state) == make().render(state), make.__name__
+
+
 def test_png_encoder_is_lossless():
     from PIL import Image
     import io

@@ -9,7 +9,9 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocat
 
 from ..encodings import DESIGN_CURVES
 from .design import check_length
-from .render import FONT_PT, BlitFigure, min_max_decimate, new_figure
+from .render import FONT_PT, BlitFigure, min_max_decimate, new_figure, region
+
+BELOW_AXES_PX = 9  # the x labels' layer lies this far below the axes' bottom edge, the y axis' layer above it
 
 
 def distance_ticks(L: int, marked: bool = True) -> tuple[list[float], list[str]]:
@@ -65,8 +67,8 @@ class SingleFigure(BlitFigure):
     Distances are drawn in units of L, so everything but the curves, the score axis and the
     distance tick labels (frames, the L mark, the fixed weight axis, titles, legend) is the
     same for every state: it is drawn once into a background. The score axis (its range
-    rounded to its ticks) and the distance labels form a cached layer, redrawn only when L or
-    that range changes; an update draws the curves over it, a few milliseconds. The PNG is
+    rounded to its ticks) and the distance labels are two cached layers, redrawn only when that
+    range or L changes; an update draws the curves over them, a few milliseconds. The PNG is
     900 × 330 pixels, shown at that size.
     """
 
@@ -96,7 +98,10 @@ class SingleFigure(BlitFigure):
         self.distances = [DistanceLabels(ax) for ax in (self.ax_s, self.ax_w)]
         self.ax_s.xaxis.labelpad = FONT_PT + 4  # room for the distance labels, drawn as texts
         self.ax_w.xaxis.labelpad = FONT_PT + 4
-        self.layered = (self.ax_s.yaxis, *(t for d in self.distances for t in d.texts))
+        box, top, right = self.ax_s.bbox, self.fig.bbox.y1, self.fig.bbox.x1
+        split = box.y0 - BELOW_AXES_PX  # y tick labels end above it, the distance labels start below it
+        self.groups = (((self.ax_s.yaxis,), region(0, split, box.x0 + 1, top)),
+                       (tuple(t for d in self.distances for t in d.texts), region(0, 0, right, split)))
         self.animated = (self.heads, self.line_s, self.line_L, self.line_2L)
         self._set_title("design-time score s[n]")
 
@@ -129,7 +134,7 @@ class SingleFigure(BlitFigure):
         self.heads.set_segments(np.stack(min_max_decimate(x, curve), axis=-1) if curve.ndim == 2 else [])  # (H, M, 2)
         self.line_L.set_data(*min_max_decimate(x[:L], state["weights_L"]))
         self.line_2L.set_data(*min_max_decimate(x, state["weights_2L"]))
-        return self.blit((L, ylim))
+        return self.blit(ylim, L)
 
 
 # one look per encoding, so that curves stay apart where they overlap (RoPE dashed over sinusoidal)
@@ -196,7 +201,8 @@ class CompareFigure(BlitFigure):
         self.distances = [DistanceLabels(ax, marked=False) for ax in (self.ax_s, self.ax_w)]
         for ax in (self.ax_s, self.ax_w):
             ax.xaxis.labelpad = FONT_PT + 4
-        self.layered = tuple(t for d in self.distances for t in d.texts)
+        self.groups = ((tuple(t for d in self.distances for t in d.texts),
+                        region(0, 0, self.fig.bbox.x1, self.ax_s.bbox.y0 - BELOW_AXES_PX)),)
         self.animated = (*self.lines_s.values(), *self.lines_w.values(), *self.bars_L.patches, *self.bars_2L.patches)
         self.redraw_background()
 

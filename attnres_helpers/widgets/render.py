@@ -12,12 +12,13 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.transforms import Bbox
 
 FIGURE_DPI = 100  # figures are rendered at FIGURE_DPI and shown at their pixel size: no rescaling
 FONT_PT = 9  # the smallest font in the explorers' figures
 REDRAW_DELAY_S = 0.05  # changes closer together than this (key repeat: ~33 ms) are drawn once, for the last of them
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-LAYERS_KEPT = 8  # cached layers of a blitted figure (about 1.2 MB each at 900 × 330)
+LAYERS_KEPT = 8  # cached renderings of each layer of a blitted figure (at most 1.2 MB each at 900 × 330)
 
 
 def new_figure(width_in: float, height_in: float) -> Figure:
@@ -59,47 +60,59 @@ def figure_layout(fig: Figure) -> widgets.Layout:
 
 
 class BlitFigure:
-    """A figure drawn in three layers, so that an update draws as little as it can.
+    """A figure drawn in layers, so that an update draws as little as it can.
 
-    The static parts are drawn once into a background (:meth:`redraw_background`). ``layered``
-    artists, which change less often (tick labels, axes, legends), are drawn over it into a second
-    layer, cached per ``layer_key`` (the last :data:`LAYERS_KEPT` keys used): the caller sets every
-    artist up for the state before :meth:`blit`, which draws the layered ones only for a key it has
-    not cached. ``animated`` artists (the curves) are drawn over that layer on every update.
+    The static parts are drawn once into a background (:meth:`redraw_background`). ``groups`` are
+    (artists, region) pairs: artists that change less often than the curves (tick labels, axes),
+    each group confined to its own rectangle of the figure (display pixels; the rectangles do not
+    overlap). Each group is drawn alone over the background and its rectangle cached per key (the
+    last :data:`LAYERS_KEPT` keys), so :meth:`blit` redraws a group only for a key it has not seen
+    recently. ``animated`` artists (the curves) are drawn over the layers on every update. The
+    caller sets every artist up for the state before calling :meth:`blit`.
     """
 
     fig: Figure
     animated: tuple = ()
-    layered: tuple = ()
+    groups: tuple = ()
 
     def redraw_background(self) -> None:
-        for artist in (*self.layered, *self.animated):
+        for artist in (*self.animated, *(a for artists, _ in self.groups for a in artists)):
             artist.set_animated(True)
         self.fig.canvas.draw()
         self.background = self.fig.canvas.copy_from_bbox(self.fig.bbox)
-        self.layers = {}  # layer_key -> the background with the layered artists drawn for that key
+        self.caches = [{} for _ in self.groups]  # per group: key -> its rectangle, drawn for that key
 
     def _draw_visible(self, artists) -> None:
         for artist in artists:
             if artist.get_visible():
                 self.fig.draw_artist(artist)
 
-    def blit(self, layer_key=None) -> bytes:
-        """Restore the cached layer for ``layer_key`` (drawing it over the background first if it is
-        not cached), draw the animated artists, and return the PNG."""
+    def blit(self, *keys) -> bytes:
+        """The background, each group's rectangle for its key (drawn if not cached), the animated
+        artists over them; returns the PNG."""
         canvas = self.fig.canvas
-        if layer_key in self.layers:
-            layer = self.layers.pop(layer_key)
-            canvas.restore_region(layer)
-        else:
-            canvas.restore_region(self.background)
-            self._draw_visible(self.layered)
-            layer = canvas.copy_from_bbox(self.fig.bbox)
-        self.layers[layer_key] = layer  # most recently used last
-        while len(self.layers) > LAYERS_KEPT:
-            self.layers.pop(next(iter(self.layers)))
+        regions = []
+        for (artists, bbox), cache, key in zip(self.groups, self.caches, keys, strict=True):
+            if key in cache:
+                region = cache.pop(key)
+            else:
+                canvas.restore_region(self.background)
+                self._draw_visible(artists)
+                region = canvas.copy_from_bbox(bbox)
+            cache[key] = region  # most recently used last
+            while len(cache) > LAYERS_KEPT:
+                cache.pop(next(iter(cache)))
+            regions.append(region)
+        canvas.restore_region(self.background)
+        for region in regions:
+            canvas.restore_region(region)
         self._draw_visible(self.animated)
         return png_bytes(self.fig)
+
+
+def region(x0: float, y0: float, x1: float, y1: float) -> Bbox:
+    """A rectangle of the figure in display pixels (origin bottom left), for :attr:`BlitFigure.groups`."""
+    return Bbox.from_extents(x0, y0, x1, y1)
 
 
 def min_max_decimate(x: np.ndarray, y: np.ndarray, buckets: int = 400):

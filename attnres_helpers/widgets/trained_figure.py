@@ -36,9 +36,9 @@ class TrainedFigure(BlitFigure):
     (:func:`attnres_helpers.widgets.trained.plot_limits`, fixed over eval lengths and masks), so
     BCA on and off, or T = L, 2L and 4L, are drawn on the same axes; distances a shorter window
     does not reach are shaded. Frames, x ticks and the L marks are drawn once into a background;
-    the y axes, the score panel's title and the legend are a cached layer over it, redrawn when
-    the layer, head or run changes; an update draws the curves (a blit). The PNG is 900 × 300
-    pixels, shown at that size.
+    the y axes and the score panel's title are a cached layer over it, redrawn when the layer,
+    head or run changes; an update draws the curves and the legend (a blit). The PNG is
+    900 × 300 pixels, shown at that size.
     """
 
     def __init__(self):
@@ -65,11 +65,11 @@ class TrainedFigure(BlitFigure):
 
     @property
     def animated(self) -> tuple:
-        return (*self.shades, *self.lines_s, *self.lines_w, self.line_p)
+        return (*self.shades, *self.lines_s, *self.lines_w, self.line_p, *([self.legend] if self.legend is not None else []))
 
     @property
-    def layered(self) -> tuple:
-        return (*(ax.yaxis for ax in self.axes), self.ax_s.title, *([self.legend] if self.legend is not None else []))
+    def groups(self) -> tuple:
+        return (((*(ax.yaxis for ax in self.axes), self.ax_s.title), self.fig.bbox),)
 
     def _set_frame(self, L: int, max_len: int, layers: int) -> None:
         """Ticks, L marks and one line per layer for a store's L, longest eval length and layer count."""
@@ -121,7 +121,7 @@ class TrainedFigure(BlitFigure):
             shade.set_width(limits["max_len"] - T)
             shade.set_visible(T < limits["max_len"])
         heads = "heads averaged" if state["head"] == "mean" else f"head {state['head']}"
-        layer_key = (limits["scores"], limits["weights"], limits["ppl"], heads, tuple(state["layers"]))
+        layer_key = (limits["scores"], limits["weights"], limits["ppl"], heads)
         self.ax_s.set_ylim(*limits["scores"])
         self.ax_w.set_ylim(*limits["weights"])
         self.ax_p.set_ylim(*limits["ppl"])

@@ -457,15 +457,16 @@ def format_table(rows: list[dict], columns: list[str], digits: int | dict = 3) -
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(c) for c in cells])
 
 
-NBSP = "\u00a0"  # a no-break space: "0.0924 ± 0.0074" stays on one line in HTML and Markdown
+NBSP = "\u00a0"  # a no-break space: in HTML and Markdown, "± 0.0074" never splits after its "±"
 
 
 class Table:
     """A table of rows for a notebook: the cells of :func:`format_table` (same rounding, "n/a"), shown
     as an HTML table (``_repr_html_``) that reflows with the page, or as Markdown
     (``_repr_markdown_``); ``str()`` and ``print`` give the plain text of :func:`format_table`, under
-    the caption if there is one. Inside a cell "mean ± spread" is joined by no-break spaces, so a
-    narrow page wraps between columns, never inside a value."""
+    the caption if there is one. A cell "mean ± spread" may break in one place only, before its "±"
+    (a no-break space joins "±" to the spread), so on a narrow page a wide table fits by putting each
+    spread under its mean, and no cell ever ends in a bare "±"."""
 
     def __init__(self, rows: list[dict], columns: list[str], digits: int | dict = 3, caption: str = ""):
         self.columns = list(columns)
@@ -481,13 +482,12 @@ class Table:
 
     @staticmethod
     def _keep(cell: str) -> str:
-        return cell.replace(" ± ", f"{NBSP}±{NBSP}")
+        return cell.replace(" ± ", f" ±{NBSP}")
 
     def _repr_html_(self) -> str:
         def row(tag: str, items: list[str]) -> str:
             return "<tr>" + "".join(
-                f'<{tag} style="text-align: {"left" if i == 0 else "right"}; '
-                f'white-space: {"normal" if tag == "th" else "nowrap"}">{escape(self._keep(x))}</{tag}>'
+                f'<{tag} style="text-align: {"left" if i == 0 else "right"}">{escape(self._keep(x))}</{tag}>'
                 for i, x in enumerate(items)) + "</tr>"
 
         caption = (f'<caption style="caption-side: top; text-align: left">{escape(self.caption)}</caption>'
@@ -589,7 +589,7 @@ def checks_table(checks: dict[str, Check], caption: str = "") -> Table:
 
 def record_mismatches(measured: list[dict], shipped: list[dict], tol: float = 1e-6) -> list[str]:
     """Where two lists of records differ: keys present in one only, or a value off by more than
-    ``tol`` (relative or absolute). An empty list means they agree."""
+    ``tol`` (relative or absolute), R without the sink included. An empty list means they agree."""
     def by_key(records, name):
         keyed = {}
         for r in records:
@@ -603,7 +603,7 @@ def record_mismatches(measured: list[dict], shipped: list[dict], tol: float = 1e
     out = [f"only in {name}: {dict(zip(RECORD_KEYS, key))}" for name, keys in
            (("measured", a.keys() - b.keys()), ("shipped", b.keys() - a.keys())) for key in sorted(keys, key=str)]
     for key in sorted(a.keys() & b.keys(), key=str):
-        for value in (*RECORD_VALUES, "perplexity_first_L"):  # the last is absent from round-1 records
+        for value in (*RECORD_VALUES, "perplexity_first_L", "resolution_sink_free"):  # absent from older records
             x, y = a[key].get(value), b[key].get(value)
             if (x is None) != (y is None) or (x is not None and not math.isclose(x, y, rel_tol=tol, abs_tol=tol)):
                 out.append(f"{value} differs at {dict(zip(RECORD_KEYS, key))}: measured {x}, shipped {y}")

@@ -120,11 +120,13 @@ def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None 
                   dtype: torch.dtype = torch.float32, curves: dict[tuple[str, bool], CopyCurve] | None = None) -> None:
     """Write ``profiles`` to one safetensors file, atomically. ``about`` (how the data were made:
     command, training and measuring settings) goes into the header beside each run's metadata.
-    ``dtype`` is float32, or float16 for large stores (R then moves by well under 1e-3 relative);
-    either way, every R is computed from the stored values, so a store and its records agree.
+    ``dtype`` is float32; float16; or int16, a fixed-point code per row (:func:`quantize`: each
+    (layer, head) row spans its own range in 65535 steps, -inf kept), which keeps every per-layer R
+    within 1e-3 relative where float16 does not (its steps grow with |ŝ|, and flat profiles feel them).
+    Either way, every R is computed from the stored values, so a store and its records agree.
     ``curves``: the copy probe's results by (run, bca), stored as ``<run>/copy/<bca>/...`` (float32)."""
-    if dtype not in (torch.float32, torch.float16):
-        raise ValueError(f"dtype must be torch.float32 or torch.float16, got {dtype}")
+    if dtype not in STORE_DTYPES:
+        raise ValueError(f"dtype must be one of {STORE_DTYPES}, got {dtype}")
     tensors, runs = {}, {}
     for (run, bca), curve in (curves or {}).items():
         if run not in {p.run for p in profiles}:
@@ -141,14 +143,54 @@ def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None 
         for name, t in (("s_hat", p.s_hat), ("key0", p.key0)):
             if t is None:
                 continue
+            if dtype == torch.int16:
+                codes, low, step = quantize(t.detach().cpu())
+                tensors.update({f"{p.key}/{name}": codes, f"{p.key}/{name}.low": low, f"{p.key}/{name}.step": step})
+                continue
             stored = t.detach().to("cpu", dtype).contiguous()
             if torch.isposinf(stored).any() or (torch.isneginf(stored) & torch.isfinite(t.cpu())).any():
                 raise ValueError(f"{p.key}: {name} has values beyond {dtype}'s range (|x| > "
-                                 f"{torch.finfo(dtype).max:g}); store it as float32")
+                                 f"{torch.finfo(dtype).max:g}); store it as float32 or int16")
             tensors[f"{p.key}/{name}"] = stored
         tensors[p.key + "/nll"] = p.nll.detach().to("cpu", torch.float64).contiguous()
     header = json.dumps({"about": about or {}, "runs": runs}, allow_nan=False)
     atomic_write(Path(path), lambda tmp: save_file(tensors, tmp, metadata={HEADER_KEY: header}))
+
+
+STORE_DTYPES = (torch.float32, torch.float16, torch.int16)
+CODE_MAX = 32767  # int16 codes -32767..32767 span a row's range; -32768 stands for -inf
+
+
+def quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fixed-point codes of ``t (..., T)`` (finite or -inf): (codes int16, low, step), low and step
+    float64 ``(..., 1)`` per row, with value = low + (code + 32767) · step and -32768 for -inf. Each
+    row's finite range is cut into 65534 steps: the error is at most step/2 = (max − min)/131068."""
+    t = t.double()
+    finite = torch.isfinite(t)
+    low = t.masked_fill(~finite, math.inf).amin(-1, keepdim=True)
+    high = t.masked_fill(~finite, -math.inf).amax(-1, keepdim=True)
+    empty = ~finite.any(-1, keepdim=True)
+    low, high = torch.where(empty, 0.0, low), torch.where(empty, 0.0, high)
+    step = torch.where(high > low, (high - low) / (2 * CODE_MAX), torch.ones_like(low))
+    codes = ((t - low) / step).round().clamp(0, 2 * CODE_MAX) - CODE_MAX
+    codes = torch.where(finite, codes, torch.full_like(codes, -CODE_MAX - 1))
+    return codes.to(torch.int16).contiguous(), low.contiguous(), step.contiguous()
+
+
+def dequantize(codes: torch.Tensor, low: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+    """The float32 values of :func:`quantize`'s codes (-inf where the code is -32768)."""
+    values = low + (codes.double() + CODE_MAX) * step
+    return torch.where(codes == -CODE_MAX - 1, -math.inf, values).float()
+
+
+def _stored(tensors: dict, name: str) -> torch.Tensor | None:
+    """A stored s_hat or key0 as float32 (decoded if it was stored as int16 codes); None if absent."""
+    if name not in tensors:
+        return None
+    t = tensors[name]
+    if t.dtype == torch.int16:
+        return dequantize(t, tensors[name + ".low"], tensors[name + ".step"])
+    return t.float()
 
 
 def load_curves(path: str | Path) -> dict[tuple[str, bool], CopyCurve]:
@@ -196,9 +238,8 @@ def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
             run, eval_len, bca = key.split("/")
             if bca not in ("0", "1"):
                 raise ValueError(f"the mask part must be 0 or 1, got {bca!r}")
-            key0 = tensors.get(key + "/key0")
-            profiles.append(Profile(run, runs[run], int(eval_len), bca == "1", tensors[name].float(),
-                                    tensors[key + "/nll"].double(), None if key0 is None else key0.float()))
+            profiles.append(Profile(run, runs[run], int(eval_len), bca == "1", _stored(tensors, name),
+                                    tensors[key + "/nll"].double(), _stored(tensors, key + "/key0")))
         except (KeyError, ValueError, TypeError) as err:
             raise ValueError(f"measurement store {path}: entry {key!r} is malformed ({err})") from err
     if not profiles:

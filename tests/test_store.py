@@ -325,3 +325,25 @@ def test_cli_results_text(store, capsys):
     assert lines[0].split()[:9] == ["rope-s0", "eval_len", str(L), "bca", "False", "layers", "mean", "R",
                                     f"{first['resolution']:.4f}"]
     assert "ppl >=L" not in lines[0] and "ppl >=L" in lines[-1]
+
+
+def test_int16_store_keeps_every_per_layer_r_within_1e3(profiles, tmp_path):
+    """Fixed-point codes per (layer, head) row: -inf kept, each value within (max − min)/131068, and
+    every per-layer R (both head modes, with and without the sink) within 1e-3 relative."""
+    from attnres_helpers.store import quantize
+
+    path = tmp_path / "int16.safetensors"
+    save_profiles(path, profiles, dtype=torch.int16)
+    loaded = {p.key: p for p in load_profiles(path)[0]}
+    for p in profiles:
+        q = loaded[p.key]
+        assert torch.equal(torch.isneginf(q.s_hat), torch.isneginf(p.s_hat))
+        finite = torch.isfinite(p.s_hat)
+        span = (p.s_hat.masked_fill(~finite, -1e9).amax(-1) - p.s_hat.masked_fill(~finite, 1e9).amin(-1)).clamp(min=0)
+        assert ((q.s_hat - p.s_hat).abs().masked_fill(~finite, 0).amax(-1) <= span / 131068 + 1e-6).all()
+        for mode in ("mean-scores", "mean-R"):
+            for sink in (True, False):
+                a, b = p.layer_resolutions(mode, sink=sink), q.layer_resolutions(mode, sink=sink)
+                torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-9)
+    codes, low, step = quantize(torch.tensor([[-math.inf, -math.inf]]))
+    assert codes.tolist() == [[-32768, -32768]]  # a row with nothing finite stays -inf

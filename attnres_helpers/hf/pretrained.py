@@ -284,20 +284,15 @@ def _context_length(model) -> int:
 
 
 def save_reduced(path: Path, profiles: list[Profile], about: dict, per_head_up_to: int) -> None:
-    """Write ``profiles`` to a store with heads averaged at every length above ``per_head_up_to``
-    (the run metadata's ``heads_averaged`` lists those lengths), in float16 (R moves by well under
-    1e-3 relative; checked by the caller against the full profiles)."""
+    """Write ``profiles`` to a store with heads averaged at every length above ``per_head_up_to`` (the
+    run metadata's ``heads_averaged`` lists those lengths; mean-scores R needs only the head mean), in
+    int16 codes (:func:`store.quantize`: every per-layer R within 1e-3 relative of the full profiles)."""
+    averaged = sorted({p.eval_len for p in profiles if p.eval_len > per_head_up_to})
     reduced = []
     for p in profiles:
-        if p.eval_len > per_head_up_to:
-            reduced.append(Profile(p.run, {**p.meta, "heads_averaged": sorted({q.eval_len for q in profiles
-                                                                              if q.eval_len > per_head_up_to})},
-                                   p.eval_len, p.bca, _head_mean(p.s_hat), p.nll, _head_mean(p.key0)))
-        else:
-            reduced.append(Profile(p.run, {**p.meta, "heads_averaged": sorted({q.eval_len for q in profiles
-                                                                              if q.eval_len > per_head_up_to})},
-                                   p.eval_len, p.bca, p.s_hat, p.nll, p.key0))
-    save_profiles(path, reduced, about, torch.float16)
+        s_hat, key0 = (p.s_hat, p.key0) if p.eval_len <= per_head_up_to else (_head_mean(p.s_hat), _head_mean(p.key0))
+        reduced.append(Profile(p.run, {**p.meta, "heads_averaged": averaged}, p.eval_len, p.bca, s_hat, p.nll, key0))
+    save_profiles(path, reduced, about, torch.int16)
 
 
 def _head_mean(t: torch.Tensor) -> torch.Tensor:
@@ -327,6 +322,6 @@ def measure_pretrained_store(name_or_path, store: Path, lengths: Sequence[float]
     profiles = measure_store(model, folder.name, meta, Ts, bca_Ts, n_windows, work, method, progress, ids)
     about = {"command": "python -m attnres_helpers measure-hf --model " + folder.name + " --store ...",
              "lengths": Ts, "bca_lengths": bca_Ts, "n_windows": n_windows, "method": method, "held_out_tokens": len(ids),
-             "per_head_up_to": per_head_up_to, "dtype": "float16"}
+             "per_head_up_to": per_head_up_to, "dtype": "int16 fixed point per row (store.quantize)"}
     save_reduced(Path(store), profiles, about, per_head_up_to)
     return Path(store)

@@ -13,9 +13,11 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .  # the package itself: notebooks and tests import it, no sys.path edits
 	touch $@
 
-# --allow-root only when run as root (JupyterLab refuses to start as root without it).
+# The server's root is the repository (so that the notebooks' ../data/figures/ images resolve) and the
+# page opens on the notebooks folder; --allow-root only when run as root (JupyterLab refuses otherwise).
 lab: $(VENV)/.installed
-	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks \
+		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 # pytest over tests/ and nbval over every notebook, in quick mode (ATTNRES_QUICK=1).
 test: $(VENV)/.installed

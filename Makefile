@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: lab test test-fast browser-test execute bench figures pretrained clean
+.PHONY: lab test test-fast browser-test execute bench figures pretrained pretrained-store clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,12 @@ figures: $(VENV)/.installed
 # converted once into .cache/ (git-ignored); the notebooks read its shipped store and do not need it.
 pretrained: $(VENV)/.installed
 	$(PY) -m attnres_helpers fetch-pretrained
+
+# Notebook 07's store, measured again from the converted model (about an hour on 2 CPU cores; resumable:
+# window sums in runs/pretrained.work.safetensors). Needs `make pretrained` first.
+pretrained-store: pretrained
+	$(PY) -m attnres_helpers measure-hf --model .cache/smollm2-135m-instruct --train-len 8192 \
+		--lengths 0.125,0.25,0.5,1,2 --bca 2 --windows 8 --store data/results/pretrained.safetensors --per-head-up-to 1
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -34,6 +34,8 @@ from ..store import Profile, save_profiles
 from .attention import METHODS, CaptureError, LayerQK, _check_choice, capturing, check_input_ids, layer_key0, layer_s_hat
 
 NLL_CHUNK = 1024  # positions whose logits exist at once
+CONFIG_KEYS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+               "max_position_embeddings", "vocab_size", "rope_parameters")  # kept in a store's run metadata
 UNSUPPORTED_HEADS = ("final_logit_softcapping", "logit_scale")  # applied after the head by some models
 
 
@@ -221,6 +223,9 @@ def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0):
     source = str(folder) if folder else str(name_or_path)
     if folder is None:
         _check_hub(source, hub_timeout_s)
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # a verified local load takes seconds: no bar in a notebook
     try:
         model = AutoModelForCausalLM.from_pretrained(source, use_safetensors=True, local_files_only=folder is not None,
                                                      dtype=torch.float32)
@@ -317,10 +322,14 @@ def measure_pretrained_store(name_or_path, store: Path, lengths: Sequence[float]
     sums = folder / "SHA256SUMS"
     meta = {"encoding": encoding_of(model.config), "train_len": L, "seed": 0, "model": folder.name,
             "architecture": model.config.model_type,
-            "weights": hashlib.sha256(sums.read_bytes()).hexdigest()[:16] if sums.is_file() else None}
+            "weights": hashlib.sha256(sums.read_bytes()).hexdigest()[:16] if sums.is_file() else None,
+            "config": {k: getattr(model.config, k, None) for k in CONFIG_KEYS}}
     work = Path(work) if work else RUNS / f"{Path(store).stem}.work.safetensors"
     profiles = measure_store(model, folder.name, meta, Ts, bca_Ts, n_windows, work, method, progress, ids)
-    about = {"command": "python -m attnres_helpers measure-hf --model " + folder.name + " --store ...",
+    command = (f"python -m attnres_helpers measure-hf --model {name_or_path} --train-len {L} --lengths "
+               f"{','.join(f'{k:g}' for k in lengths)}" + (f" --bca {','.join(f'{k:g}' for k in bca)}" if bca else "")
+               + f" --windows {n_windows} --method {method} --store {store} --per-head-up-to {per_head_up_to}")
+    about = {"command": command,
              "lengths": Ts, "bca_lengths": bca_Ts, "n_windows": n_windows, "method": method, "held_out_tokens": len(ids),
              "per_head_up_to": per_head_up_to, "dtype": "int16 fixed point per row (store.quantize)"}
     save_reduced(Path(store), profiles, about, per_head_up_to)

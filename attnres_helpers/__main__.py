@@ -90,7 +90,8 @@ def cmd_family_v2(args: argparse.Namespace) -> None:
     """Train and measure the v2 family of notebook 05 (plan v2) into data/results/family_v2.safetensors."""
     from .experiments import FAMILY_V2_STORE, run_family_v2
 
-    profiles = run_family_v2(device=args.device, jobs=args.jobs, extra_seeds=args.extra_seeds)
+    profiles = run_family_v2(device=args.device, jobs=args.jobs, extra_seeds=args.extra_seeds,
+                             measure_only=args.measure_only)
     print(f"{len(profiles)} profiles written to {FAMILY_V2_STORE}")
 
 
@@ -185,6 +186,7 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
     p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
     p.add_argument("--extra-seeds", action="store_true", help="also seeds 3 and 4 of the RoPE-base and xPos-B settings")
+    p.add_argument("--measure-only", action="store_true", help="measure the finished runs only; train nothing")
     p.set_defaults(func=cmd_family_v2)
     p = subparsers.add_parser("hf-train", help="train and measure the Hugging Face architectures of notebook 06")
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")

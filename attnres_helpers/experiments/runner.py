@@ -143,12 +143,13 @@ def _kept(ds: Dataset) -> tuple[list[Profile], dict]:
 
 
 def run_datasets(datasets: list[Dataset], device: str = "cpu", jobs: int = 2, progress: bool = True,
-                 deadline_s: float | None = None) -> dict[Path, list[Profile]]:
+                 deadline_s: float | None = None, finished_only: bool = False) -> dict[Path, list[Profile]]:
     """Train and measure every run of every dataset, ``jobs`` at once, taking the datasets' runs in turn
     (one of each, then the next of each), so that a deadline leaves a part of every dataset. Each store
     is rewritten after every finished run of it, atomically, under its lock. With ``deadline_s``, runs not
-    started within that many seconds are skipped. A dataset with ``sums`` gets its SHA256SUMS rewritten
-    once all its runs are trained."""
+    started within that many seconds are skipped. ``finished_only``: measure only the runs whose training
+    has finished (config.json present), train nothing. A dataset with ``sums`` gets its SHA256SUMS
+    rewritten once all its runs are trained."""
     stores = [Path(ds.store) for ds in datasets]
     if len(set(stores)) != len(stores):
         raise ValueError("two datasets write the same store")
@@ -159,7 +160,8 @@ def run_datasets(datasets: list[Dataset], device: str = "cpu", jobs: int = 2, pr
         for ds in datasets:
             kept[ds.store], curves[ds.store] = _kept(ds)
             done = {p.run for p in kept[ds.store]}
-            queues.append([(ds, s) for s in ds.specs if s.name not in done])
+            queues.append([(ds, s) for s in ds.specs if s.name not in done
+                           and (not finished_only or (s.out_dir / "config.json").is_file())])
         todo = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
         start = time.monotonic()
         pool = _pool(jobs)
@@ -285,10 +287,14 @@ def reuse_shipped(runs_root: Path = FAMILY_V2_RUNS, shipped: Path = CHECKPOINTS)
 
 
 def run_family_v2(store: Path = FAMILY_V2_STORE, device: str = "cpu", jobs: int = 2, extra_seeds: bool = False,
-                  progress: bool = True) -> list[Profile]:
+                  progress: bool = True, measure_only: bool = False) -> list[Profile]:
     """The v2 family (plan v2): seed 0 of every setting, then :func:`reuse_shipped`, then seeds 1 and 2
     (and, with ``extra_seeds``, seeds 3 and 4 of the RoPE-base and xPos-B settings), each measured with
-    the copy probe into ``store`` as it finishes; resumable."""
+    the copy probe into ``store`` as it finishes; resumable. ``measure_only``: measure the runs whose
+    training has finished and train nothing (while another process trains the rest)."""
+    if measure_only:
+        dataset = family_v2_dataset(store, SEEDS, device, extra_seeds=extra_seeds)
+        return run_datasets([dataset], device, jobs, progress, finished_only=True)[Path(store)]
     first = [s for s in family_v2_dataset(store, (0,), device).specs
              if s.extra["config"] in SHIPPED_AS and not (s.out_dir / "config.json").is_file()]
     train_specs(first, device, jobs, progress)  # the five seeds 0 that decide the reuse, before anything else

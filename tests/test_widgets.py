@@ -529,6 +529,15 @@ def test_rapid_changes_are_drawn_once_for_the_last_of_them():
     assert ui.drawer.drawn == drawn + 2
     assert bytes(plot.value) == SingleFigure().render(explorer_state("rope", 592))  # the last one
 
+    async def flushed():
+        length.value = 608
+        ui.drawer.flush()  # what a timing cell in a kernel does: the pending plot, drawn now
+        assert ui.drawer.drawn == drawn + 3 and bytes(plot.value) == SingleFigure().render(explorer_state("rope", 608))
+        await asyncio.sleep(10 * REDRAW_DELAY_S)
+
+    asyncio.run(flushed())
+    assert ui.drawer.drawn == drawn + 3  # nothing left to draw
+
 
 def test_blitted_figures_draw_what_a_fresh_figure_draws(catalogue):
     """Layers cached for earlier states are reused only where they fit: after any sequence of states,
@@ -543,6 +552,28 @@ def test_blitted_figures_draw_what_a_fresh_figure_draws(catalogue):
         figure = make()
         for state in states:
             assert figure.render(state) == make().render(state), make.__name__
+
+
+def test_each_layer_holds_its_artists_whole(catalogue):
+    """A blitted layer keeps only its own rectangle: every artist drawn into it must lie inside, or it is
+    cut (the distance labels once lost their top rows). Checked at the extremes of the slider ranges."""
+    extreme = {"p": 2.0, "a": 8.0, "scale": 4.0}  # KERPLE-power's steepest curve: scores near −1.3e8, an offset text
+    cases = [
+        (SingleFigure(), [explorer_state("rope", 16), explorer_state("alibi", 2048), explorer_state("kerple-power", 2048, extreme),
+                          explorer_state("t5", 1000)]),
+        (CompareFigure(), [compare_states(list(DESIGN_CURVES), L) for L in (16, 2048)]),
+        (TrainedFigure(), [trained_state(catalogue, "rope", 0, layer, head, 4, False) for layer, head in (("mean", "mean"), (1, 2))]),
+    ]
+    for figure, states in cases:
+        for state in states:
+            figure.render(state)
+            renderer = figure.fig.canvas.get_renderer()
+            for artists, box in figure.groups:
+                for artist in artists:
+                    if artist.get_visible():
+                        extent = artist.get_tightbbox(renderer) if hasattr(artist, "get_ticklabels") else artist.get_window_extent(renderer)
+                        assert box.x0 - 0.5 <= extent.x0 and extent.x1 <= box.x1 + 0.5, (type(figure).__name__, artist, extent, box)
+                        assert box.y0 - 0.5 <= extent.y0 and extent.y1 <= box.y1 + 0.5, (type(figure).__name__, artist, extent, box)
 
 
 def test_png_encoder_is_lossless():

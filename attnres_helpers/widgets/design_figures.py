@@ -11,8 +11,6 @@ from ..encodings import DESIGN_CURVES
 from .design import check_length
 from .render import FONT_PT, BlitFigure, min_max_decimate, new_figure, region
 
-BELOW_AXES_PX = 9  # the x labels' layer lies this far below the axes' bottom edge, the y axis' layer above it
-
 
 def distance_ticks(L: int, marked: bool = True) -> tuple[list[float], list[str]]:
     """x ticks of the design-time panels, drawn in units of L: positions n/L and labels in distances.
@@ -40,7 +38,8 @@ def symlog_label(value: float, _pos=None) -> str:
 class DistanceLabels:
     """The distance tick labels of one axis drawn in units of L: fixed ticks, and five Text artists
     (animated) that :meth:`set` rewrites for each L. Drawing five texts costs a fraction of an axis
-    draw, so a change of L stays a blit."""
+    draw, so a change of L stays a blit. The first label starts just right of the axis' left edge and
+    the last ends at its right edge, so the labels stay between the two."""
 
     def __init__(self, ax, marked: bool = True):
         self.marked = marked
@@ -48,9 +47,10 @@ class DistanceLabels:
         ax.set_xticks(positions, [""] * len(positions))
         transform = ax.get_xaxis_transform()  # x in data units, y in axes units
         pad = ax.xaxis.get_tick_padding()  # tick length and label pad, in points
+        last = len(positions) - 1
         self.texts = [
-            ax.annotate("", (x, 0), xycoords=transform, xytext=(0, -pad - 1), textcoords="offset points", va="top",
-                        ha="right" if i == len(positions) - 1 else "center", fontsize=FONT_PT)
+            ax.annotate("", (x, 0), xycoords=transform, xytext=(1 if i == 0 else 0, -pad - 1), textcoords="offset points",
+                        va="top", ha="left" if i == 0 else "right" if i == last else "center", fontsize=FONT_PT)
             for i, x in enumerate(positions)
         ]
 
@@ -98,10 +98,10 @@ class SingleFigure(BlitFigure):
         self.distances = [DistanceLabels(ax) for ax in (self.ax_s, self.ax_w)]
         self.ax_s.xaxis.labelpad = FONT_PT + 4  # room for the distance labels, drawn as texts
         self.ax_w.xaxis.labelpad = FONT_PT + 4
-        box, top, right = self.ax_s.bbox, self.fig.bbox.y1, self.fig.bbox.x1
-        split = box.y0 - BELOW_AXES_PX  # y tick labels end above it, the distance labels start below it
-        self.groups = (((self.ax_s.yaxis,), region(0, split, box.x0 + 1, top)),
-                       (tuple(t for d in self.distances for t in d.texts), region(0, 0, right, split)))
+        self.ax_s.yaxis.get_offset_text().set_horizontalalignment("right")  # "1e8" stays left of the axis, in its layer
+        split, top, right = self.ax_s.bbox.x0 + 1, self.fig.bbox.y1, self.fig.bbox.x1
+        self.groups = (((self.ax_s.yaxis,), region(0, 0, split, top)),  # the score axis, left of the left panel
+                       (tuple(t for d in self.distances for t in d.texts), region(split, 0, right, self.ax_s.bbox.y0)))
         self.animated = (self.heads, self.line_s, self.line_L, self.line_2L)
         self._set_title("design-time score s[n]")
 
@@ -201,8 +201,7 @@ class CompareFigure(BlitFigure):
         self.distances = [DistanceLabels(ax, marked=False) for ax in (self.ax_s, self.ax_w)]
         for ax in (self.ax_s, self.ax_w):
             ax.xaxis.labelpad = FONT_PT + 4
-        self.groups = ((tuple(t for d in self.distances for t in d.texts),
-                        region(0, 0, self.fig.bbox.x1, self.ax_s.bbox.y0 - BELOW_AXES_PX)),)
+        self.groups = ((tuple(t for d in self.distances for t in d.texts), self.fig.bbox),)
         self.animated = (*self.lines_s.values(), *self.lines_w.values(), *self.bars_L.patches, *self.bars_2L.patches)
         self.redraw_background()
 

@@ -17,10 +17,11 @@ from .text import visible_text
 from .trained import trained_catalogue, trained_readout_html, trained_state
 from .trained_figure import TrainedFigure
 
+WRAP_CHARS = 130  # characters a line of the pictures' header (10 pt, 900 px wide) holds
 
 def _text_strip(text: str, width_px: int) -> PILImage.Image:
     """A white strip with ``text`` (a few lines) drawn by matplotlib at FONT_PT + 1."""
-    text = "\n".join(textwrap.fill(line, 150) for line in text.split("\n"))
+    text = "\n".join(textwrap.fill(line, WRAP_CHARS) for line in text.split("\n"))
     lines = text.count("\n") + 1
     fig = new_figure(width_px / FIGURE_DPI, (0.22 * lines + 0.12))
     fig.text(0.01, 0.5, text, va="center", ha="left", fontsize=FONT_PT + 1, family="DejaVu Sans")

@@ -170,6 +170,11 @@ class LatestWins:
         self.pending, self.timer = None, None
         self._draw(request)
 
+    def flush(self) -> None:
+        """Draw the pending request now, if there is one (for code that times a change, in a kernel)."""
+        if self.timer is not None:
+            self.now(self.pending)
+
     def _fire(self) -> None:
         request, self.pending, self.timer = self.pending, None, None
         self._draw(request)

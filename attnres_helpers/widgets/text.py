@@ -60,9 +60,10 @@ def lines_html(lines: list[str], style: str = "") -> str:
 
 
 def visible_text(markup: str) -> str:
-    """The text a browser shows for a readout's HTML, one line per <br> or table row."""
+    """The text a browser shows for a readout's HTML, one line per <br> or table row, table cells
+    separated by " | "."""
     text = re.sub(r"</tr>|<br\s*/?>|<table", "\n\\g<0>", markup)
-    text = re.sub(r"</t[dh]>", "   ", text)
+    text = re.sub(r"</t[dh]>\s*(?=<t[dh])", " | ", text)
     text = re.sub(r"<[^>]+>", "", text)
     lines = [" ".join(html.unescape(line).split()) for line in text.split("\n")]
     return "\n".join(line for line in lines if line)

@@ -220,9 +220,10 @@ def _correlation(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Σ_i q_i · k_{i−n} for n = 0..T−1 along axis -2 of (..., T, d), in float64 by FFT: (..., T)."""
     T = q.shape[-2]
     n_fft = 1 << (2 * T - 1).bit_length()  # a power of two >= 2T - 1: nothing wraps
-    Q = torch.fft.rfft(q.double(), n=n_fft, dim=-2)  # (..., F, d)
-    K = torch.fft.rfft(k.double(), n=n_fft, dim=-2)
-    return torch.fft.irfft((Q * K.conj()).sum(-1), n=n_fft, dim=-1)[..., :T]
+    # time last and contiguous: pocketfft is 2-3x faster along the last axis than along a strided one
+    Q = torch.fft.rfft(q.transpose(-1, -2).double(), n=n_fft, dim=-1)  # (..., d, F)
+    K = torch.fft.rfft(k.transpose(-1, -2).double(), n=n_fft, dim=-1)
+    return torch.fft.irfft((Q * K.conj()).sum(-2), n=n_fft, dim=-1)[..., :T]
 
 
 def expected_scores_fft(q: torch.Tensor, k: torch.Tensor, scale: float | None = None,

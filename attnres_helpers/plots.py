@@ -428,13 +428,15 @@ def plot_mask(mask: np.ndarray | torch.Tensor, ax: Axes | None = None, title: st
 
 # --- predictors against outcomes, one point per configuration ---------------------------
 
-FAMILY_COLOURS = {"rope": "C0", "xpos": "C1", "alibi": "C2", "sinusoidal": "C3", "nope": "C4"}
+FAMILY_COLOURS = {"rope": "C0", "xpos": "C1", "alibi": "C2", "sinusoidal": "C3", "nope": "C4", "t5": "C5",
+                  "kerple": "C6"}
 
 
 def short_label(point: Point) -> str:
     """A configuration's name shortened for a crowded plot: 'rope 100', 'xpos γ0.1', 'alibi ×0.25 +B'."""
     name = (point.setting.replace("rope base ", "rope ").replace("alibi slopes x", "alibi ×")
-            .replace("xpos B 64, gamma ", "xpos γ").replace("xpos B ", "xpos B").replace("sinusoidal", "sin"))
+            .replace("xpos B 64, gamma ", "xpos γ").replace("xpos B ", "xpos B").replace("sinusoidal", "sin")
+            .replace("kerple log", "kerple").replace("t5 bias", "t5"))
     return name + (" +B" if point.bca else "")
 
 
@@ -531,3 +533,34 @@ def family_scatter(points: list[Point], predictor: str, outcome: str, ax: Axes |
     ax.axhline(1.0, color="gray", lw=0.7, ls=":")
     _family_legend(ax, points)
     return ax
+
+
+def copy_curve_figure(curves: dict, points_meta: dict, train_len: int, bca: bool = False) -> Figure:
+    """The copy probe's gain against the gap g (the two copies S + g apart), one line per setting (seed
+    mean over the runs in ``curves``), coloured by family; L and 2L marked on the distance axis.
+    ``curves``: (run, bca) -> probe.CopyCurve; ``points_meta``: run -> (setting, family)."""
+    by_setting: dict[str, list] = {}
+    for (run, flag), curve in curves.items():
+        if flag == bca and run in points_meta:
+            by_setting.setdefault(points_meta[run], []).append(curve)
+    fig, ax = plt.subplots(figsize=(DISPLAY_WIDTH, 4.2))
+    for (setting, family), group in sorted(by_setting.items()):
+        gaps = np.array(group[0].gaps)
+        gain = np.mean([c.gains().mean(1).numpy() for c in group], axis=0)
+        ax.plot(gaps, gain, marker=".", lw=1, color=FAMILY_COLOURS.get(family, "C7"), alpha=0.8)
+    for multiple, label in ((1, "L"), (2, "2L")):
+        ax.axvline(multiple * train_len, color="0.5", ls=":", lw=1)
+        ax.text(multiple * train_len, 0.98, f" g = {label}", transform=ax.get_xaxis_transform(), va="top",
+                fontsize=MIN_FONT, color="0.3")
+    ax.axhline(0, color="0.5", lw=0.7)
+    families = sorted({f for _, f in by_setting})
+    from matplotlib.lines import Line2D
+
+    ax.legend(handles=[Line2D([], [], color=FAMILY_COLOURS.get(f, "C7"), label=f) for f in families],
+              fontsize=MIN_FONT, loc="upper right")
+    ax.set(xlabel="gap g between the copies (tokens); the window is [span][gap][span], T = 2·32 + g",
+           ylabel="copy gain (nats a byte)",
+           title=("with BCA" if bca else "causal mask") + ": what the first copy is worth, one line per setting")
+    ax.title.set_fontsize(10)
+    fig.tight_layout()
+    return fig

@@ -48,11 +48,11 @@ class JupyterLab:
     """JupyterLab serving root_dir; use as a context manager (the server always stops).
 
     extra_pythonpath goes in front of PYTHONPATH for the server and so for its kernels;
-    extra_env is added to the environment of both.
+    extra_env is added to the environment of both; extra_args go on the server's command line.
     """
 
     def __init__(self, root_dir, state_dir, extra_pythonpath=(), extra_env=None,
-                 start_timeout_s=60.0):
+                 start_timeout_s=60.0, extra_args=()):
         self.root_dir = Path(root_dir)
         self.state_dir = Path(state_dir)
         self.port = free_port()
@@ -62,6 +62,7 @@ class JupyterLab:
         self._extra_pythonpath = [str(p) for p in extra_pythonpath]
         self._extra_env = dict(extra_env or {})
         self._start_timeout_s = start_timeout_s
+        self._extra_args = list(extra_args)
         self._process = None
         self._log_file = None
 
@@ -92,12 +93,14 @@ class JupyterLab:
             sys.executable, "-m", "jupyterlab",
             "--no-browser", "--ip=127.0.0.1", f"--port={self.port}", "--port-retries=0",
             f"--IdentityProvider.token={self.token}",
-            f"--ServerApp.root_dir={self.root_dir}",
             f"--LabApp.workspaces_dir={self.state_dir / 'workspaces'}",
             f"--LabApp.user_settings_dir={self.state_dir / 'settings'}",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             "--LabApp.news_url=None",
+            *self._extra_args,
         ]
+        if not any(arg.startswith("--ServerApp.root_dir=") for arg in self._extra_args):
+            command.append(f"--ServerApp.root_dir={self.root_dir}")  # the process runs in root_dir either way
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             command.append("--allow-root")  # it exits at once as root without this
         return command
@@ -127,7 +130,7 @@ class JupyterLab:
         raise RuntimeError(
             f"jupyter lab did not answer within {self._start_timeout_s:.0f} s:\n{self.log_tail()}")
 
-    def _shutdown_kernels(self):
+    def shutdown_kernels(self):
         """Ask the server to stop its kernels (they run in their own process groups)."""
         try:
             with urllib.request.urlopen(
@@ -142,7 +145,7 @@ class JupyterLab:
 
     def stop(self):
         if self._process is not None and self._process.poll() is None:
-            self._shutdown_kernels()
+            self.shutdown_kernels()
             for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
                 try:
                     os.killpg(self._process.pid, sig)

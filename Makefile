@@ -10,7 +10,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
-	$(PY) -m pip install --quiet --no-deps -e .  # the package itself: notebooks and tests import it, no sys.path edits
+	# the package itself, editable: notebooks and tests import it, no sys.path edits. setuptools warns about
+	# every editable install in a boxed banner; PYTHONWARNINGS keeps the build quiet (the install is the same)
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
 # The server's root is the repository (so that the notebooks' ../data/figures/ images resolve) and the

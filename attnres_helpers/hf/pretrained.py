@@ -22,13 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from ..data import eval_windows, load_splits
-from ..files import atomic_write
+from ..files import save_safetensors
 from ..model import blockwise_causal_mask
 from ..store import Profile, save_profiles
 from .attention import METHODS, CaptureError, LayerQK, _check_choice, capturing, check_input_ids, layer_key0, layer_s_hat
@@ -60,7 +58,8 @@ def _nll_in_chunks(model, hidden: torch.Tensor, targets: torch.Tensor, chunk: in
     out = torch.empty(T, dtype=torch.float64)
     for start in range(0, T, chunk):
         logits = head(hidden[:, start : start + chunk]).float()  # (B, c, V)
-        nll = F.cross_entropy(logits.transpose(1, 2), targets[:, start : start + chunk], reduction="none")  # (B, c)
+        target = logits.gather(-1, targets[:, start : start + chunk, None])[..., 0]  # (B, c)
+        nll = torch.logsumexp(logits, dim=-1) - target  # = cross-entropy, without writing a (B, c, V) log-softmax
         out[start : start + chunk] = nll.double().mean(0).cpu()
     return out
 
@@ -178,8 +177,7 @@ def measure_store(model, run: str, meta: dict, lengths: Sequence[int], bca_lengt
                 sums[f"{key}/{name}"] = sums.get(f"{key}/{name}", 0.0) + value
             done[key] = index + 1
             if work:
-                atomic_write(Path(work), lambda tmp: save_file({k: v.contiguous() for k, v in sums.items()}, tmp,
-                                                               metadata={"done": json.dumps(done)}))
+                save_safetensors(Path(work), {k: v.contiguous() for k, v in sums.items()}, {"done": json.dumps(done)})
             bar.update(1)
     bar.close()
     profiles = []
@@ -207,11 +205,34 @@ def _local_folder(name_or_path: str | Path) -> Path | None:
         keys = json.loads(config.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{config} is not valid JSON ({err})") from err
-    if isinstance(keys, dict) and "model" in keys and "train" in keys:
-        raise ValueError(f"{folder} is a checkpoint in this project's own format, not a transformers folder: load it "
-                         "with attnres_helpers.train.load_checkpoint (python -m attnres_helpers measure re-measures "
-                         "the shipped ones)")
+    if not isinstance(keys, dict):
+        raise ValueError(f"{config} must hold a JSON object")
+    if "model" in keys and "train" in keys:
+        raise ValueError(_own_format(folder, keys))
+    for name in SIZE_KEYS:
+        value = keys.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{config}: {name} must be a positive integer, got {value!r}")
     return folder
+
+
+SIZE_KEYS = ("num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "num_hidden_layers", "n_layer",
+             "hidden_size", "n_embd", "head_dim", "vocab_size")  # a config's sizes, checked before any model is built
+
+
+def _own_format(folder: Path, keys: dict) -> str:
+    """Where a checkpoint folder in this project's own format is measured instead."""
+    from ..checkpoints import regenerate_command
+    from ..experiments import specs
+    from ..paths import ROOT
+
+    command = regenerate_command(folder)
+    store = {specs.HF_COMMAND: specs.HF_STORE, specs.FAMILY_V2_COMMAND: specs.FAMILY_V2_STORE,
+             specs.FAMILY_COMMAND: specs.FAMILY_STORE}.get(command, specs.STORE)
+    store = store.relative_to(ROOT) if store.is_relative_to(ROOT) else store
+    return (f"{folder} is a checkpoint in this project's own format, not a transformers folder: its measurements are "
+            f"read by `python -m attnres_helpers results --store {store}` and made by `{command}`; in Python, "
+            "load it with attnres_helpers.checkpoints.load_checkpoint")
 
 
 def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0):
@@ -229,9 +250,9 @@ def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0):
     try:
         model = AutoModelForCausalLM.from_pretrained(source, use_safetensors=True, local_files_only=folder is not None,
                                                      dtype=torch.float32)
-    except (OSError, ValueError, EnvironmentError, SafetensorError) as err:
+    except Exception as err:  # transformers' own errors, whatever their kind (a bad config, bad weights): one line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{source}: cannot load a safetensors causal LM ({first})") from None
+        raise ValueError(f"{source}: cannot load a safetensors causal LM ({type(err).__name__}: {first})") from None
     n_heads = getattr(model.config, "num_attention_heads", None) or getattr(model.config, "n_head", None)
     if not n_heads:
         raise ValueError(f"{source}: the config has no attention heads")

@@ -30,10 +30,9 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
-from .files import atomic_write
-from .metric import BOUNDARIES, HEAD_MODES, Boundary, diagonal_counts, layer_resolution, sink_free_scores
+from .files import save_safetensors
+from .metric import BOUNDARIES, HEAD_MODES, Boundary, diagonal_counts, layer_resolution, mean_over_heads, sink_free_scores
 from .probe import OUTCOME_MULTIPLE, WITHIN_MULTIPLE, CopyCurve
 
 HEADER_KEY = "attnres"
@@ -68,6 +67,9 @@ class Profile:
         reserved = sorted(set(self.meta) & set(RECORD_KEYS))
         if reserved:
             raise ValueError(f"run {self.run!r}: metadata may not hold the record keys {reserved}")
+        seed = self.meta["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"run {self.run!r}: seed must be an integer, got {seed!r}")
         L, T = self.meta["train_len"], self.eval_len
         for name, value in (("train_len", L), ("eval_len", T)):
             if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_EVAL_LEN:
@@ -116,6 +118,21 @@ class Profile:
         return sink_free_scores(self.s_hat.double(), self.key0.double(), diagonal_counts(self.eval_len, self.block))
 
 
+def average_heads(profiles: list[Profile], lengths=None) -> list[Profile]:
+    """The profiles with ŝ and key0 averaged over heads at every eval length in ``lengths`` (None: all),
+    as mean-scores R averages them (:func:`metric.mean_over_heads`): one "head" of shape (layers, 1, T),
+    and the run metadata's ``heads_averaged`` listing those lengths. Mean-scores R is unchanged; mean-R
+    is no longer recorded for them. A store of many runs or long lengths keeps to its size this way."""
+    averaged = sorted({p.eval_len for p in profiles if lengths is None or p.eval_len in lengths})
+
+    def mean(t):
+        return None if t is None else mean_over_heads(t.double()).float()[:, None, :]
+
+    return [Profile(p.run, {**p.meta, "heads_averaged": averaged}, p.eval_len, p.bca,
+                    mean(p.s_hat) if p.eval_len in averaged else p.s_hat, p.nll,
+                    mean(p.key0) if p.eval_len in averaged else p.key0) for p in profiles]
+
+
 def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None = None,
                   dtype: torch.dtype = torch.float32, curves: dict[tuple[str, bool], CopyCurve] | None = None) -> None:
     """Write ``profiles`` to one safetensors file, atomically. ``about`` (how the data were made:
@@ -154,7 +171,7 @@ def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None 
             tensors[f"{p.key}/{name}"] = stored
         tensors[p.key + "/nll"] = p.nll.detach().to("cpu", torch.float64).contiguous()
     header = json.dumps({"about": about or {}, "runs": runs}, allow_nan=False)
-    atomic_write(Path(path), lambda tmp: save_file(tensors, tmp, metadata={HEADER_KEY: header}))
+    save_safetensors(Path(path), tensors, metadata={HEADER_KEY: header})
 
 
 STORE_DTYPES = (torch.float32, torch.float16, torch.int16)

@@ -216,3 +216,24 @@ def test_run_datasets_trains_measures_and_then_keeps(tmp_path):
     rerun = experiments.run_datasets([changed], jobs=1, progress=False)[store]
     assert {p.meta["config"] for p in rerun} == {"tiny, changed"}
     assert {p.meta["config"] for p in load_profiles(store)[0]} == {"tiny, changed"}
+
+
+def test_a_dataset_that_averages_heads_stores_the_head_means_as_int16_codes(tmp_path):
+    """average_heads: one "head" per layer, mean-scores R as from every head, mean-R not recorded;
+    the copy probe stored beside the profiles where the spec asks for it."""
+    spec = experiments.RunSpec("tiny-rope-s4", preset("tiny"), 4, tmp_path / "runs" / "tiny-rope-s4",
+                               training=TINY_TRAINING, measure=dict(TINY_MEASURE), probe=True)
+    store = tmp_path / "store.safetensors"
+    full = experiments.run_datasets([experiments.Dataset(store, [spec], {})], jobs=1, progress=False)[store]
+    averaged = tmp_path / "averaged.safetensors"
+    ds = experiments.Dataset(averaged, [spec], {}, torch.int16, average_heads=True)
+    kept = {p.key: p for p in experiments.run_datasets([ds], jobs=1, progress=False)[averaged]}
+    loaded = {p.key: p for p in load_profiles(averaged)[0]}
+    for p in full:
+        q = loaded[p.key]
+        assert q.s_hat.shape[1] == 1 and q.heads_averaged and kept[p.key].heads_averaged
+        torch.testing.assert_close(q.layer_resolutions(), p.layer_resolutions(), rtol=1e-3, atol=1e-9)
+    assert {r["head_mode"] for r in records(list(loaded.values()))} == {"mean-scores"}
+    from attnres_helpers.store import load_curves
+
+    assert set(load_curves(averaged)) == {("tiny-rope-s4", False), ("tiny-rope-s4", True)}

@@ -22,19 +22,19 @@ import os
 import signal
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from .. import files
-from ..checkpoints import load_checkpoint
+from ..checkpoints import load_checkpoint, regenerate_command
 from ..data import load_splits
 from ..files import atomic_write, write_text_atomic
 from ..measure import measure_model
 from ..probe import copy_curve, copy_probes, gaps_for
-from ..store import Profile, load_curves, load_profiles, records, save_profiles
+from ..store import Profile, average_heads, load_curves, load_profiles, records, save_profiles
 from ..train import train
 from .specs import (
     CHECKPOINTS, ENCODINGS, FAMILY_V2_RUNS, FAMILY_V2_STORE, MEASURE, REPRODUCE_COMMAND, SEEDS, SHIPPED_AS, STORE,
@@ -45,15 +45,25 @@ TRAINED_KEYS = ("train_loss", "val_loss", "wall_s", "tokens_per_s", "device")  #
 
 
 def sha256sums(root: Path = CHECKPOINTS) -> str:
-    """``sha256  relative/path`` lines for every file under ``root`` but SHA256SUMS, sorted."""
-    return files.sha256sums(root)
+    """``sha256  relative/path`` lines for every file under ``root`` but SHA256SUMS, sorted; never a run's
+    resume state (``state.json``, ``state-*.safetensors``) or a killed write's temporary (``.*.tmp-*``): a
+    folder holding them is not a finished set of checkpoints, and the verifier then refuses them as unlisted."""
+    text = files.sha256sums(root)
+    return "".join(line for line in text.splitlines(keepends=True) if not _transient(line.split("  ", 1)[1].strip()))
 
 
-def verify_checkpoints(root: Path = CHECKPOINTS, fix: str = REPRODUCE_COMMAND) -> None:
+def _transient(name: str) -> bool:
+    base = Path(name).name
+    return base == "state.json" or (base.startswith("state-") and base.endswith(".safetensors")) or (
+        base.startswith(".") and ".tmp-" in base)
+
+
+def verify_checkpoints(root: Path = CHECKPOINTS, fix: str | None = None) -> None:
     """Check every file under ``root`` against ``root/SHA256SUMS`` (:func:`files.verify_sha256sums`): a
     file that is missing, unlisted or changed raises a ValueError naming it (a tampered config.json or
-    weight byte is caught before any model is built); ``fix`` is the command that regenerates ``root``."""
-    files.verify_sha256sums(root, fix)
+    weight byte is caught before any model is built); ``fix`` is the command that regenerates ``root``
+    (default: by the folder, :func:`checkpoints.regenerate_command`: ``hf-train`` for data/hf_checkpoints/)."""
+    files.verify_sha256sums(root, fix or regenerate_command(Path(root)))
 
 
 # ------------------------------------------------------------------------------------------ one run
@@ -170,13 +180,13 @@ def run_datasets(datasets: list[Dataset], device: str = "cpu", jobs: int = 2, pr
         try:
             pending = set(futures)
             while pending:
-                finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)  # each run's store write at once
                 for future in finished:
                     if future.cancelled():
                         continue
                     ds = futures[future]
                     profiles, run_curves = future.result()  # a worker's error is raised here, at once
-                    kept[ds.store] += profiles
+                    kept[ds.store] += average_heads(profiles) if ds.average_heads else profiles
                     curves[ds.store].update(run_curves)
                     save_profiles(ds.store, kept[ds.store], ds.about, ds.dtype, curves[ds.store])
                     bar.update(1)
@@ -222,12 +232,19 @@ def train_specs(specs: list[RunSpec], device: str = "cpu", jobs: int = 2, progre
     resumed; a worker's error stops the rest at once."""
     pool = _pool(jobs)
     futures = [pool.submit(_train_only, spec, device) for spec in specs]
+    bar = tqdm(total=len(futures), desc="train", disable=not progress)
     try:
-        for future in tqdm(futures, desc="train", disable=not progress):
-            future.result()
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                future.result()  # a worker's error is raised here, as soon as it happens
+                bar.update(1)
     except BaseException:
         _stop(pool, futures)
         raise
+    finally:
+        bar.close()
     pool.shutdown(wait=True)
 
 

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from ..data import eval_windows, load_splits
 from ..files import save_safetensors
 from ..model import blockwise_causal_mask
-from ..store import Profile, save_profiles
+from ..store import Profile, average_heads, save_profiles
 from .attention import METHODS, CaptureError, LayerQK, _check_choice, capturing, check_input_ids, layer_key0, layer_s_hat
 
 NLL_CHUNK = 1024  # positions whose logits exist at once
@@ -310,21 +310,11 @@ def _context_length(model) -> int:
 
 
 def save_reduced(path: Path, profiles: list[Profile], about: dict, per_head_up_to: int) -> None:
-    """Write ``profiles`` to a store with heads averaged at every length above ``per_head_up_to`` (the
-    run metadata's ``heads_averaged`` lists those lengths; mean-scores R needs only the head mean), in
-    int16 codes (:func:`store.quantize`: every per-layer R within 1e-3 relative of the full profiles)."""
-    averaged = sorted({p.eval_len for p in profiles if p.eval_len > per_head_up_to})
-    reduced = []
-    for p in profiles:
-        s_hat, key0 = (p.s_hat, p.key0) if p.eval_len <= per_head_up_to else (_head_mean(p.s_hat), _head_mean(p.key0))
-        reduced.append(Profile(p.run, {**p.meta, "heads_averaged": averaged}, p.eval_len, p.bca, s_hat, p.nll, key0))
-    save_profiles(path, reduced, about, torch.int16)
-
-
-def _head_mean(t: torch.Tensor) -> torch.Tensor:
-    from ..metric import mean_over_heads
-
-    return mean_over_heads(t.double()).float()[:, None, :]  # (layers, 1, T)
+    """Write ``profiles`` to a store with heads averaged at every length above ``per_head_up_to``
+    (:func:`store.average_heads`; mean-scores R needs only the head mean), as int16 codes
+    (:func:`store.quantize`: every per-layer R within 1e-3 relative of the full profiles)."""
+    lengths = {p.eval_len for p in profiles if p.eval_len > per_head_up_to}
+    save_profiles(path, average_heads(profiles, lengths), about, torch.int16)
 
 
 def measure_pretrained_store(name_or_path, store: Path, lengths: Sequence[float], bca: Sequence[float] = (),

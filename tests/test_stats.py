@@ -78,7 +78,10 @@ def test_design_params():
     assert design_params("nope", model) == {}
     with pytest.raises(ValueError, match="whole number"):
         design_params("xpos", {**model, "xpos_scale_base": 32.5})
+    # a learned bias at its initialisation (plan v2): T5's zero table is NoPE's flat curve, KERPLE's p = a = 1
+    assert design_params("t5", model) == {} and design_params("kerple", model) == {"p": 1.0, "a": 1.0}
+    assert design_resolution("t5", model, L) == design_resolution("nope", model, L)
     with pytest.raises(ValueError, match="no design-time curve"):
-        design_params("t5", model)
+        design_params("fire", model)
     # BCA: the 2L profile is the L profile with nothing past it.
     assert design_resolution("rope", model, L, bca=True) == (design_resolution("rope", model, L)[0],) * 2

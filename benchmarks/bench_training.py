@@ -9,6 +9,12 @@ Variants, each its own copy of the same initial weights with its own AdamW, all 
   (iii) torch.compile of the model (inductor), 1 thread; its compile time, taken by the first step,
         is reported separately and left out of tokens/s;
   (iv)  fp32 eager with --threads threads (default 2) against (i)'s 1 thread;
+  (v)   --models small models (default 4) trained as one batched computation in one thread: their
+        parameters stacked (``torch.func.stack_module_state``), one ``vmap`` of ``grad_and_value`` over
+        ``functional_call``, per-model gradient clipping, one AdamW over the stacked tensors (AdamW is
+        elementwise, so this is each model's own AdamW); tokens/s counts every model's tokens, so its
+        ratio to (i) is the throughput gain for many small models on one core. Model 0 starts from (i)'s
+        weights; its step-0 loss is compared with (i)'s;
   and   the reference: the same architecture (pre-LN, tied byte embeddings, GELU MLP, the same position
         encoding) written with F.scaled_dot_product_attention only and no score-capture path, fp32 eager,
         1 thread. It loads the Transformer's own state_dict, so both compute the same function (checked
@@ -141,10 +147,56 @@ class Variant:
         return seconds
 
 
-VARIANTS = ("fp32", "bf16", "compile", "threads", "reference")
+class BatchedVariant:
+    """Variant (v): ``n_models`` copies of the architecture (model 0 with ``base``'s weights, the others
+    with seeds 1..n−1) trained as one vmapped computation; each model draws its own batch."""
+
+    def __init__(self, cfg, base: Transformer, n_models: int, threads: int = 1):
+        import copy
+
+        from torch.func import stack_module_state
+
+        models = [base]
+        for m in range(1, n_models):
+            torch.manual_seed(m)
+            models.append(Transformer(cfg))
+        self.key, self.threads, self.n_models = "batched", threads, n_models
+        self.label = f"(v)   {n_models} models, one vmapped step"
+        self.params, self.buffers = stack_module_state([copy.deepcopy(m).train() for m in models])
+        self.skeleton = copy.deepcopy(base).to("meta")
+        decay = [p for p in self.params.values() if p.ndim >= 3]  # a matrix, stacked
+        rest = [p for p in self.params.values() if p.ndim < 3]
+        self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                                           lr=1e-3, betas=(0.9, 0.98), foreach=False)
+        self.tokens_per_s, self.first_step_s, self.step0_loss, self.error = [], None, None, None
+
+    def _loss(self, params, buffers, x, y):
+        from torch.func import functional_call
+
+        return functional_call(self.skeleton, (params, buffers), (x, y))[1]
+
+    def step(self, tokens, batch_size, T, step) -> float:
+        from torch.func import grad_and_value, vmap
+
+        torch.set_num_threads(self.threads)
+        start = time.perf_counter()
+        xs, ys = zip(*(get_batch(tokens, batch_size, T, batch_generator(m, step)) for m in range(self.n_models)))
+        grads, losses = vmap(grad_and_value(self._loss))(self.params, self.buffers, torch.stack(xs), torch.stack(ys))
+        norms = torch.sqrt(sum(g.pow(2).flatten(1).sum(1) for g in grads.values()))  # (models,)
+        scale = (GRAD_CLIP / (norms + 1e-6)).clamp(max=1.0)
+        for name, p in self.params.items():
+            p.grad = grads[name] * scale.view(-1, *([1] * (p.ndim - 1)))
+        self.optimizer.step()
+        seconds = time.perf_counter() - start
+        if step == 0:
+            self.step0_loss, self.first_step_s = losses[0].item(), seconds
+        return seconds
 
 
-def build_variants(cfg, base: Transformer, keys, threads: int) -> list[Variant]:
+VARIANTS = ("fp32", "bf16", "compile", "threads", "batched", "reference")
+
+
+def build_variants(cfg, base: Transformer, keys, threads: int, n_models: int = 4) -> list:
     """Every requested variant, each a fresh copy of ``base``'s initial weights with its own AdamW."""
 
     def copy():
@@ -173,7 +225,15 @@ def build_variants(cfg, base: Transformer, keys, threads: int) -> list[Variant]:
             variants.append(Variant(key, "      plain-SDPA reference, fp32", m.train(), m, 1))
     for v in variants:
         v.optimizer = make_optimizer(v.params, 1e-3, 0.1)
+    if "batched" in keys:
+        variants.append(BatchedVariant(cfg, copy_of(cfg, base), n_models))
     return variants
+
+
+def copy_of(cfg, base: Transformer) -> Transformer:
+    model = Transformer(cfg)
+    model.load_state_dict(base.state_dict())
+    return model
 
 
 def quartiles(values: list[float]) -> str:
@@ -196,6 +256,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2, help="threads of variant (iv) (default 2)")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                         help="which to run (default: all); fp32, variant (i), is always run, as the base of the ratios")
+    parser.add_argument("--models", type=int, default=4, help="models in the batched variant (v) (default 4)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 timed steps after 1 warm-up step")
     args = parser.parse_args()
     steps = args.steps if args.steps is not None else (2 if args.quick else 10)
@@ -223,7 +284,7 @@ def main():
         if diff > 1e-4:
             raise SystemExit(f"the reference does not compute the same function (max |logit diff| = {diff:.2e})")
 
-    variants = build_variants(cfg, base, keys, args.threads)
+    variants = build_variants(cfg, base, keys, args.threads, args.models)
     live = list(variants)
     for step in range(warmup):  # lazy init, allocator; the compiled variant compiles in its first step
         for v in list(live):
@@ -236,7 +297,7 @@ def main():
         order = live[r % len(live):] + live[: r % len(live)]  # rotate who goes first
         for v in order:
             seconds = v.step(train_tokens, batch_size, cfg.train_len, warmup + r)
-            v.tokens_per_s.append(args.batch_tokens / seconds)
+            v.tokens_per_s.append(args.batch_tokens * getattr(v, "n_models", 1) / seconds)
     torch.set_num_threads(1)
 
     median = {v.key: statistics.median(v.tokens_per_s) for v in live}

@@ -17,6 +17,7 @@ import dataclasses
 import inspect
 import json
 import math
+import os
 import re
 import sys
 
@@ -59,7 +60,7 @@ def _add_train_parser(subparsers) -> None:
     p.add_argument("--out", default=None, help="run directory; None: runs/<preset>-<encoding>-L<len>-seed<seed>")
     p.add_argument("--no-resume", action="store_true", help="start afresh even if --out holds a checkpoint or a finished run")
     p.add_argument("--device", type=_device, default=defaults["device"], help="cpu, or cuda when available")
-    p.add_argument("--threads", type=_non_negative_int, default=0, help="torch CPU threads; 0: torch's default")
+    p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     model = p.add_argument_group("model config (overrides the preset)")
     for field in dataclasses.fields(ModelConfig):
@@ -200,7 +201,7 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--bca", type=_lengths, default=(), help="multiples of L also measured with BCA (blocks of L/2)")
     p.add_argument("--windows", type=_positive_int, default=4, help="held-out windows per length (at most)")
     p.add_argument("--method", choices=("fft", "explicit"), default="fft", help="how ŝ is computed from the capture")
-    p.add_argument("--threads", type=_non_negative_int, default=0, help="torch CPU threads; 0: torch's default")
+    p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
     p.add_argument("--store", default=None, help="write the profiles to this store instead of printing records")
     p.add_argument("--work", default=None, help="with --store: the resumable window sums (default runs/<store>.work)")
     p.add_argument("--per-head-up-to", type=_positive_int, default=2048,
@@ -217,7 +218,7 @@ def _add_experiment_parsers(subparsers) -> None:
         p.add_argument("--json", action="store_true", help="print every record as JSON")
         p.add_argument("--boundary", choices=("zero", "drop"), default="zero", help="R's boundary convention")
         if name == "measure":
-            p.add_argument("--threads", type=_non_negative_int, default=0, help="torch CPU threads; 0: torch's default")
+            p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
         else:
             p.add_argument("--store", default=None, help="a store file; default data/results/default.safetensors")
         p.set_defaults(func=func)
@@ -234,6 +235,15 @@ def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _threads(text: str) -> int:
+    """A thread count in [0, 4 × the CPU count] (0: torch's default); more would only crash torch."""
+    value = _non_negative_int(text)
+    most = 4 * (os.cpu_count() or 1)
+    if value > most:
+        raise argparse.ArgumentTypeError(f"must be at most {most} (4 x the {os.cpu_count() or 1} CPUs), got {value}")
     return value
 
 

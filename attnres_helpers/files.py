@@ -9,18 +9,45 @@ from pathlib import Path
 
 
 def atomic_write(path: Path, write) -> None:
-    """Call write(tmp_path), fsync, then os.replace onto `path`; on any failure no partial file remains."""
+    """Call write(tmp_path), fsync, then os.replace onto `path`; on any failure no partial file remains.
+
+    The temporary ``.<name>.tmp-<pid>`` is created here first, so a folder that cannot be written fails at
+    once; every OSError names ``path`` (the target), never the temporary file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600))
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # what a plain open() would give, not a temporary file's 0600
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        raise _naming(err, path) from err
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _naming(err: OSError, path: Path) -> OSError:
+    """``err`` as the same kind of OSError, with a message that names ``path``."""
+    named = type(err)(f"cannot write {path}: {err.strerror or err}")
+    named.errno = err.errno
+    return named
+
+
+def write_safetensors(tensors: dict, path: Path, metadata: dict | None = None) -> None:
+    """``safetensors.torch.save_file(tensors, path, metadata)``, the same bytes, serialised in memory and
+    written straight to ``path``: safetensors' own save_file goes through a temporary of its own
+    (``.tmpXXXXXX`` beside ``path``), which a kill would leave behind under a name nothing cleans."""
+    from safetensors.torch import save
+
+    Path(path).write_bytes(save(tensors, metadata=metadata))
+
+
+def save_safetensors(path: Path, tensors: dict, metadata: dict | None = None) -> None:
+    """:func:`write_safetensors`, atomically (:func:`atomic_write`)."""
+    atomic_write(path, lambda tmp: write_safetensors(tensors, tmp, metadata))
 
 
 def _umask() -> int:
@@ -36,6 +63,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 MAX_HASHED_BYTES = 2 << 30  # no file this project verifies is near 2 GiB; anything larger is refused unread
 SUMS_FILE = "SHA256SUMS"
+MAX_SUMS_BYTES = 1 << 24  # a SHA256SUMS lists a few files: 16 MiB is far past any real one
 
 
 def sha256_file(path: Path, max_bytes: int = MAX_HASHED_BYTES) -> str:
@@ -70,6 +98,9 @@ def verify_sha256sums(root: Path, fix: str) -> None:
     sums_path = root / SUMS_FILE
     if not sums_path.is_file():
         raise FileNotFoundError(f"{sums_path} is missing; regenerate the folder with `{fix}`")
+    if sums_path.is_symlink() or sums_path.stat().st_size > MAX_SUMS_BYTES:
+        raise ValueError(f"{sums_path} is a link or over {MAX_SUMS_BYTES} bytes: refused; regenerate the folder "
+                         f"with `{fix}`")
     try:
         text = sums_path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
@@ -95,26 +126,16 @@ def verify_sha256sums(root: Path, fix: str) -> None:
 def exclusive(path: Path):
     """Hold ``<path>.lock`` (holding this process's PID) while writing ``path``: a second writer gets an
     error naming the process that holds it; a lock left by a dead process is recognised and taken over.
-    On entry, temporary files that dead processes left beside ``path`` (atomic_write's) are removed."""
+    On entry, temporary files that dead processes left beside ``path`` (atomic_write's, and the lock's own)
+    are removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.with_name(path.name + ".lock")
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _lock_holder(lock)
-            if holder is not None and _alive(holder):
-                raise RuntimeError(f"{path} is being written by process {holder} (lock {lock}); wait for it, "
-                                   "or stop that process") from None
-            lock.unlink(missing_ok=True)  # stale: its process is gone
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
-        break
-    else:
-        raise RuntimeError(f"could not take the lock {lock}")
-    for debris in path.parent.glob(f".{path.name}.tmp-*"):
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _take(lock, path)
+    except OSError as err:
+        raise _naming(err, path) from None
+    for debris in [*path.parent.glob(f".{path.name}.tmp-*"), *path.parent.glob(f".{lock.name}.tmp-*")]:
         pid = debris.name.rsplit("-", 1)[-1]
         if pid.isdigit() and not _alive(int(pid)):
             debris.unlink(missing_ok=True)
@@ -122,6 +143,49 @@ def exclusive(path: Path):
         yield
     finally:
         lock.unlink(missing_ok=True)
+
+
+def _take(lock: Path, path: Path) -> None:
+    """Create ``lock`` holding this process's PID, whole (written to a temporary, then hard-linked into place,
+    which fails if the lock exists), so a lock is never seen empty; a live holder is an error naming it, a
+    dead one's lock is taken over."""
+    tmp = lock.with_name(f".{lock.name}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)  # never write through a link a killed process left (it may be a lock)
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, str(os.getpid()).encode())
+    finally:
+        os.close(fd)
+    try:
+        for _ in range(2):
+            try:
+                _link_or_create(tmp, lock)
+            except FileExistsError:
+                holder = _lock_holder(lock)
+                if holder is not None and _alive(holder):
+                    raise RuntimeError(f"{path} is being written by process {holder} (lock {lock}); wait for it, "
+                                       "or stop that process") from None
+                lock.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            return
+        raise RuntimeError(f"could not take the lock {lock}")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _link_or_create(tmp: Path, lock: Path) -> None:
+    """Hard-link ``tmp`` to ``lock`` (FileExistsError if it exists); where the file system has no hard
+    links, create ``lock`` exclusively and copy the PID in."""
+    try:
+        os.link(tmp, lock)
+    except FileExistsError:
+        raise
+    except OSError:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, tmp.read_bytes())
+        finally:
+            os.close(fd)
 
 
 def _lock_holder(lock: Path) -> int | None:

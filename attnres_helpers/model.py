@@ -36,6 +36,10 @@ MODEL_ENCODINGS = ("sinusoidal", "rope", "xpos", "alibi", "nope", "t5", "kerple"
 LEARNED_BIASES = ("t5", "kerple")  # additive biases with learned parameters (one set per layer)
 T5_BUCKETS = 32
 KERPLE_MIN = 0.01  # KERPLE's clamp of p and a (Chi et al. 2022, official code)
+# Resource bounds, checked before anything is built: far above every configuration here (the large one has
+# 6.4M parameters), far below what would exhaust a machine's memory without a clear message.
+MAX_SIZES = {"train_len": 1 << 18, "n_layer": 1024, "n_head": 1024, "d_model": 1 << 16, "vocab_size": 1 << 20}
+MAX_PARAMETERS = 10**9
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,8 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if value > MAX_SIZES[name]:
+                raise ValueError(f"{name} must be at most {MAX_SIZES[name]}, got {value}")
         for name in ("rope_base", "xpos_gamma", "xpos_scale_base", "alibi_slope_scale"):
             value = getattr(self, name)
             if value is None and name == "xpos_scale_base":
@@ -79,6 +85,17 @@ class ModelConfig:
                              f"got {self.xpos_gamma} and {self.xpos_scale_base}")
         if not 0 <= self.alibi_slope_scale <= 1e3:
             raise ValueError(f"alibi_slope_scale must be in [0, 1000], got {self.alibi_slope_scale}")
+        if self.n_parameters > MAX_PARAMETERS:
+            raise ValueError(f"the model would have {self.n_parameters:,} parameters ({self.n_layer} layers of width "
+                             f"{self.d_model}), over the bound of {MAX_PARAMETERS:,}")
+
+    @property
+    def n_parameters(self) -> int:
+        """The parameter count of :class:`Transformer` for this config, from the sizes alone."""
+        d, H = self.d_model, self.n_head
+        learned = {"t5": T5_BUCKETS * H, "kerple": 2 * H}.get(self.encoding, 0)
+        block = 12 * d * d + 9 * d + learned  # qkv, proj, MLP (4d) with biases, two LayerNorms, a learned bias
+        return self.vocab_size * d + self.n_layer * block + 2 * d  # tied embedding, blocks, final LayerNorm
 
     @property
     def head_dim(self) -> int:

@@ -124,10 +124,15 @@ def design_resolution(encoding: str, model: dict, L: int, bca: bool = False, hea
 # --------------------------------------------------------------------------- cluster bootstrap, permutation, partial ρ
 
 
+MAX_RESAMPLES = 10**6  # a bound on the draws held at once: 10**9 cluster draws would need about 156 GiB
+
+
 def _check_resampling(n_resamples, rng, confidence_level=None) -> np.random.Generator:
     """Validate scipy-style resampling arguments; the numpy Generator that ``rng`` names."""
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    if n_resamples > MAX_RESAMPLES:
+        raise ValueError(f"n_resamples must be at most {MAX_RESAMPLES:,} (the plan uses 10,000), got {n_resamples:,}")
     if confidence_level is not None and not (isinstance(confidence_level, (int, float, np.floating))
                                              and not isinstance(confidence_level, bool)
                                              and 0 < confidence_level < 1):

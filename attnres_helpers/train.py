@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from .checkpoints import CONFIG_JSON, MODEL_FILE, build_model, load_checkpoint, load_weights, read_json, read_tensors
 from .data import eval_windows, get_batch, load_splits
 from .files import SUMS_FILE, atomic_write, sha256_file, write_text_atomic
+from .files import write_safetensors as save_file  # no temporary of safetensors' own
 from .model import ModelConfig, Transformer
 
 BETAS = (0.9, 0.98)
@@ -154,7 +155,8 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
     settings = training_settings(steps, batch_tokens, lr, warmup, seed, weight_decay)
     _check_settings(cfg, settings, checkpoint_every, device)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if not out_dir.is_dir():
+        _check_writable(out_dir)  # makes it
     for debris in out_dir.glob(".*.tmp-*"):  # left by a process killed mid-write (atomic_write's temporaries)
         debris.unlink(missing_ok=True)
     meta = {"model": cfg.to_dict(), "train": settings}
@@ -166,6 +168,7 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
                              "use another out_dir or resume=False")
         _seal(out_dir)  # a run killed after its config.json was written: finish its last two steps
         return load_checkpoint(out_dir), finished
+    _check_writable(out_dir)  # before any step: a folder that cannot be written is an error now
 
     torch.manual_seed(seed)  # weight init
     model = build_model(cfg).to(device)
@@ -229,6 +232,19 @@ def _seal(out_dir: Path) -> None:
     if not (out_dir / SUMS_FILE).is_file():
         write_text_atomic(out_dir / SUMS_FILE, "".join(f"{sha256_file(out_dir / name)}  {name}\n"
                                                        for name in (CONFIG_JSON, MODEL_FILE)))
+
+
+def _check_writable(out_dir: Path) -> None:
+    """Make ``out_dir`` and write a file in it before any step, so that a folder that cannot be written
+    fails now, naming the run's target, and not after the training."""
+    probe = out_dir / f".write-check.tmp-{os.getpid()}"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(probe, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600))
+        probe.unlink()
+    except OSError as err:
+        raise type(err)(f"cannot write {out_dir / MODEL_FILE}: the run folder {out_dir} cannot be written "
+                        f"({err.strerror or err}); choose another out_dir") from None
 
 
 def _check_settings(cfg: ModelConfig, settings: dict, checkpoint_every: int, device: str) -> None:

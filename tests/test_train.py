@@ -468,14 +468,15 @@ def test_cli_device_index_must_be_a_number(device, capsys, tmp_path):
 
 
 def test_oversized_config_is_refused_from_the_header_before_any_model_is_built(finished, tmp_path, monkeypatch):
-    """A config.json asking for 16 layers of width 8192 (about 51 GB) is compared with the weights'
-    header shapes first: refused with the file named, and no Transformer is ever constructed."""
+    """A config.json asking for 16 layers of width 2048 (about 3.2 GB, inside the model's own size bound) is
+    compared with the weights' header shapes first: refused with the file named, and no Transformer is ever
+    constructed."""
     run_dir = _copy(finished[0], tmp_path)
-    _rewrite_json(run_dir / "config.json", lambda c: c["model"].update(d_model=8192, n_layer=16))
+    _rewrite_json(run_dir / "config.json", lambda c: c["model"].update(d_model=2048, n_layer=16))
     _reseal(run_dir)
     built = []
     real_build = ModelConfig.build
     monkeypatch.setattr(ModelConfig, "build", lambda cfg: built.append(torch.empty(0).device) or real_build(cfg))
-    with pytest.raises(ValueError, match=r"config\.json does not match the weights.*16 layers of width 8192"):
+    with pytest.raises(ValueError, match=r"config\.json does not match the weights.*16 layers of width 2048"):
         load_checkpoint(run_dir)
     assert [str(d) for d in built] == ["meta"]  # built once, on the meta device (no memory), to read its shapes

@@ -247,16 +247,30 @@ def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0):
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # a verified local load takes seconds: no bar in a notebook
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # a failed load is our one line, not transformers' load report too
     try:
         model = AutoModelForCausalLM.from_pretrained(source, use_safetensors=True, local_files_only=folder is not None,
                                                      dtype=torch.float32)
     except Exception as err:  # transformers' own errors, whatever their kind (a bad config, bad weights): one line
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{source}: cannot load a safetensors causal LM ({type(err).__name__}: {first})") from None
+        raise ValueError(f"{source}: cannot load a safetensors causal LM ({type(err).__name__}: "
+                         f"{_first_line(err)})") from None
+    finally:
+        transformers_logging.set_verbosity(verbosity)
     n_heads = getattr(model.config, "num_attention_heads", None) or getattr(model.config, "n_head", None)
     if not n_heads:
         raise ValueError(f"{source}: the config has no attention heads")
     return model
+
+
+def _first_line(err: Exception) -> str:
+    """The first line of an error's message, with the next one where the first only introduces it."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if "ignore_mismatched_sizes" in str(err):  # its details are in a load report we do not print
+        return "the weights' shapes do not match config.json"
+    if not lines:
+        return type(err).__name__
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 def _check_hub(name: str, timeout_s: float) -> None:

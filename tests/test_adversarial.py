@@ -13,6 +13,7 @@ measure_pretrained; fault injection (a kill at every file operation of train and
 from __future__ import annotations
 
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -756,20 +757,26 @@ def _heads_not_dividing(folder):
                           "validation error for validator 'validate_architecture': ValueError: The hidden size (16) "
                           "is not a multiple of the number of attention heads (3).)"),
 ])
-def test_measure_hf_on_broken_folders_is_one_line_naming_the_folder(llama_folder, tmp_path, no_hub, capfd, edit,
-                                                                      reason):
+def test_measure_hf_on_broken_folders_is_one_line_naming_the_folder(llama_folder, tmp_path, no_hub, edit, reason):
     from attnres_helpers import hf
 
     folder = _variant(llama_folder, tmp_path, edit)
-    expected = (f"{folder}: {reason}" if reason else
-                f"{folder / 'config.json'}: num_attention_heads must be a positive integer, got 0")
-    with pytest.raises(ValueError) as err:
-        hf.measure_pretrained(str(folder), lengths=(1,), n_windows=1)
-    assert str(err.value).startswith(expected) and len(str(err.value).splitlines()) == 1
-    with pytest.raises(SystemExit) as exit_info:
-        cli_main(["measure-hf", "--model", str(folder), "--lengths", "1", "--windows", "1", "--json"])
-    assert _one_line(exit_info) == f"error: {err.value}"
-    assert "LOAD REPORT" not in capfd.readouterr().err  # transformers' own report stays quiet
+    reports = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: reports.append(record.getMessage())
+    logging.getLogger("transformers").addHandler(handler)  # transformers' own log (its load report)
+    try:
+        expected = (f"{folder}: {reason}" if reason else
+                    f"{folder / 'config.json'}: num_attention_heads must be a positive integer, got 0")
+        with pytest.raises(ValueError) as err:
+            hf.measure_pretrained(str(folder), lengths=(1,), n_windows=1)
+        assert str(err.value).startswith(expected) and len(str(err.value).splitlines()) == 1
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main(["measure-hf", "--model", str(folder), "--lengths", "1", "--windows", "1", "--json"])
+        assert _one_line(exit_info) == f"error: {err.value}"
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    assert not [r for r in reports if "LOAD REPORT" in r]  # our one line, not transformers' report too
 
 
 def test_a_model_with_huge_logits_gives_infinite_perplexity_and_valid_json(llama_folder, tmp_path, capsys):

@@ -5,6 +5,7 @@
     python -m attnres_helpers measure --json         # verify and re-measure the shipped checkpoints
     python -m attnres_helpers results --json [--boundary zero|drop] [--store PATH]   # records from stored ŝ
     python -m attnres_helpers family-v2 [--jobs 2] [--device cuda]   # the v2 family of notebook 05 (plan v2)
+    torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed   # the same, N processes (gloo)
     python -m attnres_helpers family [--jobs 2]      # the family v1 (400 steps; exploratory)
     python -m attnres_helpers hf-train [--jobs 2]    # Hugging Face architectures on our corpus (notebook 06)
     python -m attnres_helpers measure-hf --model FOLDER [--train-len L] [--lengths 1,2] [--bca 2] [--json]
@@ -88,12 +89,22 @@ def cmd_family(args: argparse.Namespace) -> None:
 
 
 def cmd_family_v2(args: argparse.Namespace) -> None:
-    """Train and measure the v2 family of notebook 05 (plan v2) into data/results/family_v2.safetensors."""
+    """Train and measure the v2 family of notebook 05 (plan v2) into data/results/family_v2.safetensors;
+    with --distributed, under ``torchrun --nproc-per-node N``, each process takes its share of the runs."""
     from .experiments import FAMILY_V2_STORE, run_family_v2
+    from .experiments.runner import distributed_rank
 
+    under_torchrun = distributed_rank() is not None
+    if args.distributed and not under_torchrun:
+        raise ValueError("--distributed needs torchrun: `torchrun --nproc-per-node N -m attnres_helpers family-v2 "
+                         "--distributed`")
+    if under_torchrun and not args.distributed:
+        raise ValueError("started by torchrun (RANK and WORLD_SIZE are set): pass --distributed, or run it with "
+                         "plain python")
     profiles = run_family_v2(device=args.device, jobs=args.jobs, extra_seeds=args.extra_seeds,
-                             measure_only=args.measure_only)
-    print(f"{len(profiles)} profiles written to {FAMILY_V2_STORE}")
+                             measure_only=args.measure_only, distributed=args.distributed)
+    if profiles is not None:  # rank 0 (or a plain run)
+        print(f"{len(profiles)} profiles written to {FAMILY_V2_STORE}")
 
 
 def cmd_hf_train(args: argparse.Namespace) -> None:
@@ -188,6 +199,8 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
     p.add_argument("--extra-seeds", action="store_true", help="also seeds 3 and 4 of the RoPE-base and xPos-B settings")
     p.add_argument("--measure-only", action="store_true", help="measure the finished runs only; train nothing")
+    p.add_argument("--distributed", action="store_true",
+                   help="under torchrun --nproc-per-node N: each process trains and measures its share (gloo)")
     p.set_defaults(func=cmd_family_v2)
     p = subparsers.add_parser("hf-train", help="train and measure the Hugging Face architectures of notebook 06")
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")

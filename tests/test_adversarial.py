@@ -971,3 +971,92 @@ def test_a_kill_at_every_file_operation_of_a_store_write_leaves_the_old_or_the_n
         _assert_same_tensors(copy.store, family.store)
         assert _debris(copy.store.parent) == [] and not lock.exists()
         shutil.rmtree(copy.store.parent.parent)
+
+
+# ============================================================================================ torchrun
+
+DISTRIBUTED_DRIVER = """import os, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import test_adversarial as t
+from attnres_helpers.experiments import runner
+real = runner.train_and_measure
+log = Path(sys.argv[2]) / f"rank-{os.environ['RANK']}.txt"
+def logged(spec, *args, **kwargs):
+    with open(log, "a") as f:
+        f.write(spec.name + "\\n")
+    return real(spec, *args, **kwargs)
+runner.train_and_measure = logged
+runner.run_datasets_distributed([t._dataset(Path(sys.argv[2]))], progress=False)
+"""
+
+
+def test_two_gloo_ranks_under_torchrun_merge_the_store_of_a_single_process_run(family, tmp_path):
+    """torchrun --nproc-per-node 2 on CPU: each rank trains and measures one of the two runs into its part;
+    rank 0 merges them: the same model bytes and store tensors as the single-process run, no part left."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(DISTRIBUTED_DRIVER)
+    ds = _dataset(tmp_path / "root")
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(driver), str(TESTS), str(tmp_path / "root")], capture_output=True, text=True,
+                         timeout=BOUND_S * 2)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [(tmp_path / "root" / f"rank-{r}.txt").read_text() for r in (0, 1)] == ["rope-s0\n", "alibi-s1\n"]
+    _assert_same_models(ds, family)
+    _assert_same_tensors(ds.store, family.store)
+    assert sorted(p.name for p in ds.store.parent.iterdir()) == ["family.safetensors"]  # no part, lock or debris
+
+
+def test_a_rerun_under_torchrun_merges_what_a_stopped_one_left_and_runs_the_rest(family, tmp_path, monkeypatch):
+    """One rank, in this process: rope-s0 is in a part a stopped run left (its training finished), alibi-s1
+    is not; rank 0 merges the part first, so only alibi-s1 is trained and measured."""
+    ds = _dataset(tmp_path)
+    for spec in ds.specs:
+        shutil.copytree(next(s for s in family.specs if s.name == spec.name).out_dir, spec.out_dir)
+    rope = [p for p in load_profiles(family.store)[0] if p.run == "rope-s0"]
+    save_profiles(runner.part_path(ds.store, 1, 2), rope, ds.about)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(runner, "_die_with_parent", lambda parent: None)  # not for the test process itself
+    ran, real = [], runner.train_and_measure
+    monkeypatch.setattr(runner, "train_and_measure", lambda spec, *a, **k: ran.append(spec.name) or real(spec, *a, **k))
+    kept = runner.run_datasets_distributed([ds], progress=False)[ds.store]
+    assert ran == ["alibi-s1"] and {p.run for p in kept} == {"rope-s0", "alibi-s1"}
+    _assert_same_tensors(ds.store, family.store)
+    assert sorted(p.name for p in ds.store.parent.iterdir()) == ["family.safetensors"]
+
+
+def test_parts_a_stopped_distributed_run_left_are_merged_at_the_next_start(family, tmp_path):
+    ds = _dataset(tmp_path)
+    ds.store.parent.mkdir(parents=True)
+    profiles = load_profiles(family.store)[0]
+    save_profiles(ds.store, [p for p in profiles if p.run == "rope-s0"], ds.about)
+    save_profiles(runner.part_path(ds.store, 1, 2), [p for p in profiles if p.run == "alibi-s1"], ds.about)
+    save_profiles(runner.part_path(ds.store, 0, 3), [p for p in profiles if p.run == "alibi-s1"], ds.about)  # twice
+    kept = runner._merge_parts([ds])[ds.store]
+    assert sorted(p.key for p in kept) == sorted(p.key for p in profiles)
+    _assert_same_tensors(ds.store, family.store)
+    assert sorted(p.name for p in ds.store.parent.iterdir()) == ["family.safetensors"]
+
+
+def test_family_v2_distributed_is_for_torchrun_only(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["family-v2", "--distributed"])
+    assert _one_line(exit_info) == ("error: --distributed needs torchrun: `torchrun --nproc-per-node N -m "
+                                    "attnres_helpers family-v2 --distributed`")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["family-v2"])
+    assert _one_line(exit_info) == ("error: started by torchrun (RANK and WORLD_SIZE are set): pass --distributed, "
+                                    "or run it with plain python")
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["family-v2", "--distributed"])
+    assert _one_line(exit_info) == "error: RANK must be in [0, WORLD_SIZE), got RANK=2, WORLD_SIZE=2"

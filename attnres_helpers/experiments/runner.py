@@ -11,6 +11,14 @@ parent rewrites the dataset's store after every finished run, atomically, holdin
   cancelled and what finished is kept. A rerun continues where it stopped.
 - **Runs already in a store** with the same metadata are kept, not re-run; a store written by another
   process at the same time is refused (:func:`files.exclusive`).
+- **Across processes, under torchrun** (:func:`run_datasets_distributed`; the CLI's
+  ``torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed``), off the default path: the
+  N ranks join one gloo group, rank r trains and measures its share ``todo[r::N]`` of the runs (one torch
+  thread on a CPU, ``cuda:<local rank>`` on GPUs) and rewrites its own part-store beside the store after
+  each run; rank 0 holds the store's lock throughout and alone writes the store, merging the parts into
+  it once every rank has finished (and, at the next start, any parts a stopped run left). The merged
+  store holds the same tensors as a single-process run (tested on two CPU ranks). Plain
+  ``python -m attnres_helpers family-v2`` is unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ import signal
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import ExitStack, contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -141,12 +151,14 @@ def _stop(pool: ProcessPoolExecutor, futures) -> None:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _kept(ds: Dataset) -> tuple[list[Profile], dict]:
-    """The profiles and curves already in ``ds.store`` whose runs are wanted with the same metadata."""
-    if not Path(ds.store).is_file():
+def _kept(ds: Dataset, path: Path | None = None) -> tuple[list[Profile], dict]:
+    """The profiles and curves already in ``ds.store`` (or in ``path``, a part of it) whose runs are wanted
+    with the same metadata."""
+    path = Path(path or ds.store)
+    if not path.is_file():
         return [], {}
     wanted = {s.name: s.meta for s in ds.specs}
-    old, curves = load_profiles(ds.store)[0], load_curves(ds.store)
+    old, curves = load_profiles(path)[0], load_curves(path)
     kept = [p for p in old if p.run in wanted and {k: p.meta.get(k) for k in wanted[p.run]} == wanted[p.run]]
     runs = {p.run for p in kept}
     return kept, {key: c for key, c in curves.items() if key[0] in runs}
@@ -163,16 +175,8 @@ def run_datasets(datasets: list[Dataset], device: str = "cpu", jobs: int = 2, pr
     stores = [Path(ds.store) for ds in datasets]
     if len(set(stores)) != len(stores):
         raise ValueError("two datasets write the same store")
-    kept: dict[Path, list[Profile]] = {}
-    curves: dict[Path, dict] = {}
-    queues = []
     with _locks(stores):
-        for ds in datasets:
-            kept[ds.store], curves[ds.store] = _kept(ds)
-            done = {p.run for p in kept[ds.store]}
-            queues.append([(ds, s) for s in ds.specs if s.name not in done
-                           and (not finished_only or (s.out_dir / "config.json").is_file())])
-        todo = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+        kept, curves, todo = _plan(datasets, finished_only)
         start = time.monotonic()
         pool = _pool(jobs)
         futures = {pool.submit(train_and_measure, spec, device): ds for ds, spec in todo}
@@ -203,6 +207,19 @@ def run_datasets(datasets: list[Dataset], device: str = "cpu", jobs: int = 2, pr
         if ds.sums is not None and all((s.out_dir / "config.json").is_file() for s in ds.specs):
             write_text_atomic(ds.sums / "SHA256SUMS", sha256sums(ds.sums))
     return kept
+
+
+def _plan(datasets: list[Dataset], finished_only: bool) -> tuple[dict, dict, list]:
+    """What each store keeps (profiles, curves), and the runs still to do, the datasets' runs in turn."""
+    kept: dict[Path, list[Profile]] = {}
+    curves: dict[Path, dict] = {}
+    queues = []
+    for ds in datasets:
+        kept[ds.store], curves[ds.store] = _kept(ds)
+        done = {p.run for p in kept[ds.store]}
+        queues.append([(ds, s) for s in ds.specs if s.name not in done
+                       and (not finished_only or (s.out_dir / "config.json").is_file())])
+    return kept, curves, [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
 
 
 class _locks:
@@ -256,6 +273,129 @@ def _train_only(spec: RunSpec, device: str) -> None:
         raise RuntimeError(f"run {spec.name} ({spec.out_dir}): {type(err).__name__}: {err}") from None
 
 
+# ------------------------------------------------------------------------------------------ torchrun
+
+def distributed_rank() -> tuple[int, int, int] | None:
+    """(rank, world size, local rank) when this process was started by torchrun (RANK and WORLD_SIZE in
+    its environment), else None."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_RANK", rank))
+    except ValueError:
+        raise ValueError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (as torchrun sets them)") from None
+    if not 0 <= rank < world:
+        raise ValueError(f"RANK must be in [0, WORLD_SIZE), got RANK={rank}, WORLD_SIZE={world}")
+    return rank, world, local
+
+
+def part_path(store: Path, rank: int, world: int) -> Path:
+    """Where rank ``rank`` of ``world`` keeps its part of ``store`` until rank 0 merges it."""
+    store = Path(store)
+    return store.with_name(f"{store.stem}.part{rank}of{world}{store.suffix}")
+
+
+def _parts(store: Path) -> list[Path]:
+    store = Path(store)
+    return sorted(store.parent.glob(f"{store.stem}.part*of*{store.suffix}"))
+
+
+def _merge_parts(datasets: list[Dataset]) -> dict[Path, list[Profile]]:
+    """Rank 0, holding every store's lock: each store rewritten with what it keeps and every part of it
+    (the wanted runs, by metadata), then the parts deleted."""
+    kept = {}
+    for ds in datasets:
+        profiles, curves = _kept(ds)
+        parts = _parts(ds.store)
+        for part in parts:
+            done = {p.run for p in profiles}
+            more, more_curves = _kept(ds, part)
+            profiles += [p for p in more if p.run not in done]
+            curves.update({key: c for key, c in more_curves.items() if key[0] not in done})
+        if parts:
+            save_profiles(ds.store, profiles, ds.about, ds.dtype, curves)
+            for part in parts:
+                part.unlink()
+        kept[ds.store] = profiles
+    return kept
+
+
+def run_datasets_distributed(datasets: list[Dataset], device: str = "cpu", progress: bool = True,
+                             finished_only: bool = False) -> dict[Path, list[Profile]] | None:
+    """:func:`run_datasets` across the processes of ``torchrun --nproc-per-node N`` (gloo, CPU or GPU).
+
+    Every rank plans the same runs from the stores; rank r trains and measures ``todo[r::N]`` in its own
+    process (one torch thread on a CPU, ``cuda:<local rank>`` on GPUs), rewriting its part-store
+    (:func:`part_path`, float32, under its own lock) after each run; once every rank is done (a gloo
+    barrier), rank 0 alone writes each store, merging the parts into it, and deletes them. Parts left by a
+    stopped run are merged by rank 0 at the next start, so a rerun continues where it stopped. A rank
+    that fails is stopped by torchrun with the others. Returns the stores' profiles on rank 0, None on
+    the others."""
+    import torch.distributed as dist
+
+    env = distributed_rank()
+    if env is None:
+        raise RuntimeError("run_datasets_distributed runs under torchrun (RANK and WORLD_SIZE unset); start it "
+                           "with `torchrun --nproc-per-node N -m attnres_helpers ... --distributed`")
+    rank, world, local = env
+    _die_with_parent(os.getppid())  # each rank dies with torchrun's agent, as pool workers die with their parent
+    stores = [Path(ds.store) for ds in datasets]
+    if len(set(stores)) != len(stores):
+        raise ValueError("two datasets write the same store")
+    device = _rank_device(device, local)
+    if not str(device).startswith("cuda"):
+        torch.set_num_threads(1)
+    with _process_group(), ExitStack() as held:
+        if rank == 0:  # rank 0 holds every store's lock from the first merge to the last: the one writer
+            held.enter_context(_locks(stores))
+            _merge_parts(datasets)  # what a stopped run left
+        dist.barrier()
+        _, _, todo = _plan(datasets, finished_only)  # the same plan on every rank: rank 0 has merged, nobody writes
+        mine = todo[rank::world]
+        parts = {ds.store: part_path(ds.store, rank, world) for ds in datasets}
+        done: dict[Path, list[Profile]] = {store: [] for store in stores}
+        curves: dict[Path, dict] = {store: {} for store in stores}
+        with _locks(sorted({parts[ds.store] for ds, _ in mine})):
+            for ds, spec in tqdm(mine, desc=f"runs (rank {rank})", disable=not progress or rank != 0):
+                profiles, run_curves = train_and_measure(spec, device, threads=torch.get_num_threads())
+                done[ds.store] += average_heads(profiles) if ds.average_heads else profiles
+                curves[ds.store].update(run_curves)
+                save_profiles(parts[ds.store], done[ds.store], ds.about, torch.float32, curves[ds.store])
+        dist.barrier()
+        kept = None
+        if rank == 0:
+            kept = _merge_parts(datasets)
+            for ds in datasets:
+                if ds.sums is not None and all((s.out_dir / "config.json").is_file() for s in ds.specs):
+                    write_text_atomic(ds.sums / "SHA256SUMS", sha256sums(ds.sums))
+        dist.barrier()
+        return kept
+
+
+def _rank_device(device: str, local: int) -> str:
+    """``cuda`` becomes this rank's GPU (``cuda:<local rank>``); anything else is kept."""
+    return f"cuda:{local}" if str(device) == "cuda" else device
+
+
+BARRIER_TIMEOUT = timedelta(days=7)  # a rank that finishes its share early waits at the barrier for the slowest
+
+
+@contextmanager
+def _process_group():
+    """torch.distributed's gloo group from torchrun's environment, for the block (if none is open yet)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", timeout=BARRIER_TIMEOUT)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
 # ------------------------------------------------------------------------------------------ datasets
 
 def reproduce(root: Path = CHECKPOINTS, store: Path = STORE, encodings=ENCODINGS, seeds=SEEDS,
@@ -304,11 +444,15 @@ def reuse_shipped(runs_root: Path = FAMILY_V2_RUNS, shipped: Path = CHECKPOINTS)
 
 
 def run_family_v2(store: Path = FAMILY_V2_STORE, device: str = "cpu", jobs: int = 2, extra_seeds: bool = False,
-                  progress: bool = True, measure_only: bool = False) -> list[Profile]:
+                  progress: bool = True, measure_only: bool = False, distributed: bool = False) -> list[Profile] | None:
     """The v2 family (plan v2): seed 0 of every setting, then :func:`reuse_shipped`, then seeds 1 and 2
     (and, with ``extra_seeds``, seeds 3 and 4 of the RoPE-base and xPos-B settings), each measured with
     the copy probe into ``store`` as it finishes; resumable. ``measure_only``: measure the runs whose
-    training has finished and train nothing (while another process trains the rest)."""
+    training has finished and train nothing (while another process trains the rest). ``distributed``:
+    under torchrun, each rank takes its share (:func:`run_datasets_distributed`); ``jobs`` is then unused,
+    and the profiles are returned on rank 0 only (None elsewhere)."""
+    if distributed:
+        return _run_family_v2_distributed(Path(store), device, extra_seeds, progress, measure_only)
     if measure_only:
         dataset = family_v2_dataset(store, SEEDS, device, extra_seeds=extra_seeds)
         return run_datasets([dataset], device, jobs, progress, finished_only=True)[Path(store)]
@@ -318,6 +462,30 @@ def run_family_v2(store: Path = FAMILY_V2_STORE, device: str = "cpu", jobs: int 
     reuse_shipped(FAMILY_V2_RUNS)
     return run_datasets([family_v2_dataset(store, SEEDS, device, extra_seeds=extra_seeds)], device, jobs,
                         progress)[Path(store)]
+
+
+def _run_family_v2_distributed(store: Path, device: str, extra_seeds: bool, progress: bool,
+                               measure_only: bool) -> list[Profile] | None:
+    import torch.distributed as dist
+
+    env = distributed_rank()
+    if env is None:
+        raise RuntimeError("--distributed runs under torchrun (RANK and WORLD_SIZE unset); start it with "
+                           "`torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed`")
+    rank, world, _ = env
+    dataset = family_v2_dataset(store, SEEDS, device, extra_seeds=extra_seeds)
+    with _process_group():
+        if not measure_only:
+            first = [s for s in family_v2_dataset(store, (0,), device).specs
+                     if s.extra["config"] in SHIPPED_AS and not (s.out_dir / "config.json").is_file()]
+            for spec in first[rank::world]:  # the five seeds 0 that decide the reuse, before anything else
+                _train_only(spec, _rank_device(device, env[2]))
+            dist.barrier()
+            if rank == 0:
+                reuse_shipped(FAMILY_V2_RUNS)
+            dist.barrier()
+        kept = run_datasets_distributed([dataset], device, progress, finished_only=measure_only)
+    return None if kept is None else kept[store]
 
 
 def load_results(path: Path = STORE, boundary: str = "zero") -> list[dict]:

@@ -25,6 +25,7 @@ from safetensors.torch import load_file
 
 from .files import SUMS_FILE, verify_sha256sums
 from .model import ModelConfig
+from .paths import made_by
 
 MODEL_FILE, CONFIG_JSON = "model.safetensors", "config.json"
 
@@ -129,28 +130,8 @@ def verify_run(run_dir: Path, fix: str) -> None:
 
 
 def regenerate_command(run_dir: Path) -> str:
-    """The command that makes ``run_dir`` again, for error messages: by the shipped folder or runs folder it
-    is in (``data/hf_checkpoints/``: ``hf-train``, ...), else by its config.json (a `transformers`
-    architecture, in it or in a run folder one level down: ``hf-train``; read only to choose the hint, and
-    only if it is a small regular file), else ``reproduce``."""
-    from .experiments import specs
-
-    run_dir = Path(run_dir).absolute()
-    roots = {specs.HF_CHECKPOINTS: specs.HF_COMMAND, specs.HF_RUNS: specs.HF_COMMAND,
-             specs.FAMILY_V2_RUNS: specs.FAMILY_V2_COMMAND, specs.FAMILY_RUNS: specs.FAMILY_COMMAND,
-             specs.CHECKPOINTS: specs.REPRODUCE_COMMAND}
-    for root, command in roots.items():
-        if run_dir == Path(root).absolute() or Path(root).absolute() in run_dir.parents:
-            return command
-    for config in [run_dir / CONFIG_JSON, *sorted(run_dir.glob(f"*/{CONFIG_JSON}"))[:64]]:  # a run, or a root of runs
-        try:
-            if not config.is_symlink() and config.is_file() and config.stat().st_size < 1 << 20:
-                model = json.loads(config.read_text()).get("model")
-                if isinstance(model, dict) and "architecture" in model:
-                    return specs.HF_COMMAND
-        except (OSError, ValueError, AttributeError):
-            pass
-    return specs.REPRODUCE_COMMAND
+    """The command that makes ``run_dir`` again, for error messages (:func:`paths.made_by`)."""
+    return made_by(run_dir)[0]
 
 
 def load_checkpoint(path: str | Path, fix: str | None = None) -> torch.nn.Module:

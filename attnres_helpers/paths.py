@@ -1,4 +1,5 @@
-"""Where the repository's files are: the shipped data/, the git-ignored runs/ and model cache.
+"""Where the repository's files are (the shipped data/, the git-ignored runs/ and model cache), and
+which command makes each folder of trained runs and the store its measurements go to.
 
 The package can be installed without the repository (a wheel carries no data/), so the root is, in
 order: ``$ATTNRES_ROOT``; the folder above the package when it holds ``data/corpus``; the first folder
@@ -8,6 +9,7 @@ git) is ``$ATTNRES_CACHE``, else ``<root>/.cache``.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -33,3 +35,40 @@ CACHE = Path(os.environ["ATTNRES_CACHE"]).expanduser() if os.environ.get("ATTNRE
 def data_path(*parts: str) -> Path:
     """A path inside the shipped data/ folder."""
     return DATA.joinpath(*parts)
+
+
+CHECKPOINTS = DATA / "checkpoints"
+HF_CHECKPOINTS = DATA / "hf_checkpoints"
+RESULTS = DATA / "results"
+REPRODUCE_COMMAND = "python -m attnres_helpers reproduce"
+HF_COMMAND = "python -m attnres_helpers hf-train"
+FAMILY_COMMAND = "python -m attnres_helpers family"
+FAMILY_V2_COMMAND = "python -m attnres_helpers family-v2"
+# Each folder of trained runs: the command that makes it, and the store its measurements go to.
+RUN_FOLDERS = {
+    HF_CHECKPOINTS: (HF_COMMAND, RESULTS / "hf.safetensors"),
+    RUNS / "hf": (HF_COMMAND, RESULTS / "hf.safetensors"),
+    RUNS / "family_v2": (FAMILY_V2_COMMAND, RESULTS / "family_v2.safetensors"),
+    RUNS / "family": (FAMILY_COMMAND, RESULTS / "family.safetensors"),
+    CHECKPOINTS: (REPRODUCE_COMMAND, RESULTS / "default.safetensors"),
+}
+
+
+def made_by(run_dir: Path) -> tuple[str, Path]:
+    """(command, store) for a run folder or a root of runs, for error messages and hints: by the folder it
+    is in (:data:`RUN_FOLDERS`), else by its config.json (a `transformers` architecture, in it or in a run
+    folder one level down, is ``hf-train``'s; read only to choose the hint, and only if it is a small
+    regular file), else ``reproduce``'s."""
+    run_dir = Path(run_dir).absolute()
+    for root, made in RUN_FOLDERS.items():
+        if run_dir == root.absolute() or root.absolute() in run_dir.parents:
+            return made
+    for config in [run_dir / "config.json", *sorted(run_dir.glob("*/config.json"))[:64]]:
+        try:
+            if not config.is_symlink() and config.is_file() and config.stat().st_size < 1 << 20:
+                model = json.loads(config.read_text()).get("model")
+                if isinstance(model, dict) and "architecture" in model:
+                    return RUN_FOLDERS[HF_CHECKPOINTS]
+        except (OSError, ValueError, AttributeError):
+            pass
+    return RUN_FOLDERS[CHECKPOINTS]

@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 
 from ..model import ModelConfig, preset
-from ..paths import DATA, RUNS
+from ..paths import (
+    CHECKPOINTS, DATA, FAMILY_COMMAND, FAMILY_V2_COMMAND, HF_CHECKPOINTS, HF_COMMAND, REPRODUCE_COMMAND, RUNS,
+)
 from ..train import training_settings
 
-CHECKPOINTS = DATA / "checkpoints"
 STORE = DATA / "results" / "default.safetensors"
 
 # The default configuration, chosen by the sweep (data/sweep/SUMMARY.md): the "default" model preset
@@ -29,7 +30,6 @@ TRAINING = {"steps": 1600, "batch_tokens": 4096, "lr": 2e-3, "warmup": 100}
 SEEDS = (0, 1, 2)
 ENCODINGS = ("sinusoidal", "rope", "xpos", "alibi", "nope")  # the shipped experiment (T5 and KERPLE: the v2 family)
 MEASURE = {"multiples": (1, 2, 4), "n_windows": 32}
-REPRODUCE_COMMAND = "python -m attnres_helpers reproduce"
 
 
 def model_config(encoding: str, **overrides) -> ModelConfig:
@@ -111,7 +111,6 @@ FAMILY = {
 FAMILY_TRAINING = {**TRAINING, "steps": 400, "warmup": 40}
 FAMILY_RUNS = RUNS / "family"
 FAMILY_STORE = DATA / "results" / "family.safetensors"
-FAMILY_COMMAND = "python -m attnres_helpers family"
 
 
 def family_specs(seeds=SEEDS, runs_root: Path = FAMILY_RUNS, device: str = "cpu", family: dict = FAMILY,
@@ -139,7 +138,6 @@ def family_dataset(store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu",
 FAMILY_V2 = {**FAMILY, "t5 bias": ("t5", {}), "kerple log": ("kerple", {})}
 FAMILY_V2_RUNS = RUNS / "family_v2"
 FAMILY_V2_STORE = DATA / "results" / "family_v2.safetensors"
-FAMILY_V2_COMMAND = "python -m attnres_helpers family-v2"
 SHIPPED_AS = {"rope base 10000": "rope", "xpos B 64": "xpos", "alibi slopes x1": "alibi",
               "sinusoidal": "sinusoidal", "nope": "nope"}
 EXTRA_SEEDS = (3, 4)  # of the RoPE-base and xPos-B settings, if time allows (a labelled secondary analysis)
@@ -176,10 +174,8 @@ def family_v2_dataset(store: Path = FAMILY_V2_STORE, seeds=SEEDS, device: str = 
 # and BLOOM is shipped in HF_CHECKPOINTS (with its own SHA256SUMS); every run's ŝ and NLL are in HF_STORE.
 HF_STORE = DATA / "results" / "hf.safetensors"
 HF_RUNS = RUNS / "hf"
-HF_CHECKPOINTS = DATA / "hf_checkpoints"
 HF_SHIPPED = ("hf-llama-s0", "hf-bloom-s0")
 HF_TRAINED = ("llama", "bloom", "gpt2")
-HF_COMMAND = "python -m attnres_helpers hf-train"
 
 
 def hf_dataset(store: Path = HF_STORE, seeds=SEEDS, device: str = "cpu", runs_root: Path = HF_RUNS) -> Dataset:

@@ -222,13 +222,9 @@ SIZE_KEYS = ("num_attention_heads", "n_head", "num_heads", "num_key_value_heads"
 
 def _own_format(folder: Path, keys: dict) -> str:
     """Where a checkpoint folder in this project's own format is measured instead."""
-    from ..checkpoints import regenerate_command
-    from ..experiments import specs
-    from ..paths import ROOT
+    from ..paths import ROOT, made_by
 
-    command = regenerate_command(folder)
-    store = {specs.HF_COMMAND: specs.HF_STORE, specs.FAMILY_V2_COMMAND: specs.FAMILY_V2_STORE,
-             specs.FAMILY_COMMAND: specs.FAMILY_STORE}.get(command, specs.STORE)
+    command, store = made_by(folder)
     store = store.relative_to(ROOT) if store.is_relative_to(ROOT) else store
     return (f"{folder} is a checkpoint in this project's own format, not a transformers folder: its measurements are "
             f"read by `python -m attnres_helpers results --store {store}` and made by `{command}`; in Python, "

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: lab test test-fast browser-test execute bench figures pretrained pretrained-store clean
+.PHONY: lab test test-fast lint browser-test execute bench figures pretrained pretrained-store clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,17 +26,23 @@ test: $(VENV)/.installed
 	ATTNRES_QUICK=1 $(PY) -m pytest --nbval --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg tests notebooks
 
-# The package tests alone, without notebooks or the browser.
+# Lint and format check (ruff, configured in pyproject.toml); `ruff format .` formats the tree.
+lint: $(VENV)/.installed
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+# The package tests alone, without notebooks, the browser, the real model or the slow tests (make test runs all).
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -m "not browser" tests
+	$(PY) -m pytest -m "not browser and not pretrained and not slow" tests
 
 # The real-browser test of the explorer (needs Debian's chromium: apt-get install chromium).
 browser-test: $(VENV)/.installed
 	$(PY) -m pytest -m browser tests -v
 
-# Execute every notebook headless, in place (full mode unless ATTNRES_QUICK=1 is set).
+# Execute every notebook headless, in place (full mode unless ATTNRES_QUICK=1 is set); a notebook is rewritten
+# only where its outputs changed in substance (not timings, progress bars or widget ids): git status stays clean.
 execute: $(VENV)/.installed
-	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb
+	$(PY) scripts/execute_notebooks.py
 
 # The benchmark scripts: each prints its figures and ratios measured side by side in one run.
 bench: $(VENV)/.installed

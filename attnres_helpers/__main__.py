@@ -1,16 +1,16 @@
 """Command line: ``python -m attnres_helpers <subcommand> ...`` (one function per subcommand).
 
-    python -m attnres_helpers train --encoding rope --seed 0 [--preset default] [--steps 500] [--out DIR]
-    python -m attnres_helpers reproduce [--jobs 2]   # every shipped checkpoint and data/results/
-    python -m attnres_helpers measure --json         # verify and re-measure the shipped checkpoints
-    python -m attnres_helpers results --json [--boundary zero|drop] [--store PATH]   # records from stored ŝ
-    python -m attnres_helpers family-v2 [--jobs 2] [--device cuda]   # the v2 family of notebook 05 (plan v2)
-    torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed   # the same, N processes (gloo)
-    python -m attnres_helpers family [--jobs 2]      # the family v1 (400 steps; exploratory)
-    python -m attnres_helpers hf-train [--jobs 2]    # Hugging Face architectures on our corpus (notebook 06)
-    python -m attnres_helpers measure-hf --model FOLDER [--train-len L] [--lengths 1,2] [--bca 2] [--json]
-    python -m attnres_helpers fetch-pretrained       # SmolLM2-135M into the git-ignored cache (notebook 07)
-    python -m attnres_helpers figures                # the explorers' default pictures in data/figures/
+python -m attnres_helpers train --encoding rope --seed 0 [--preset default] [--steps 500] [--out DIR]
+python -m attnres_helpers reproduce [--jobs 2]   # every shipped checkpoint and data/results/
+python -m attnres_helpers measure --json         # verify and re-measure the shipped checkpoints
+python -m attnres_helpers results --json [--boundary zero|drop] [--store PATH]   # records from stored ŝ
+python -m attnres_helpers family-v2 [--jobs 2] [--device cuda]   # the v2 family of notebook 05 (plan v2)
+torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed   # the same, N processes (gloo)
+python -m attnres_helpers family [--jobs 2]      # the family v1 (400 steps; exploratory)
+python -m attnres_helpers hf-train [--jobs 2]    # Hugging Face architectures on our corpus (notebook 06)
+python -m attnres_helpers measure-hf --model FOLDER [--train-len L] [--lengths 1,2] [--bca 2] [--json]
+python -m attnres_helpers fetch-pretrained       # SmolLM2-135M into the git-ignored cache (notebook 07)
+python -m attnres_helpers figures                # the explorers' default pictures in data/figures/
 """
 
 import argparse
@@ -38,18 +38,29 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.out == "":
         raise ValueError("--out must name a folder, got an empty string")
     out = args.out or f"runs/{args.preset}-{cfg.encoding}-L{cfg.train_len}-seed{args.seed}"
-    _, summary = train(cfg, steps=args.steps, batch_tokens=args.batch_tokens, lr=args.lr, warmup=args.warmup,
-                       seed=args.seed, out_dir=out, checkpoint_every=args.checkpoint_every,
-                       resume=not args.no_resume, device=args.device, progress=not args.quiet,
-                       weight_decay=args.weight_decay)
+    _, summary = train(
+        cfg,
+        steps=args.steps,
+        batch_tokens=args.batch_tokens,
+        lr=args.lr,
+        warmup=args.warmup,
+        seed=args.seed,
+        out_dir=out,
+        checkpoint_every=args.checkpoint_every,
+        resume=not args.no_resume,
+        device=args.device,
+        progress=not args.quiet,
+        weight_decay=args.weight_decay,
+    )
     results = {k: v for k, v in summary["results"].items() if k != "losses"}
     print(json.dumps({"out": out, **results}, indent=1))
 
 
 def _add_train_parser(subparsers) -> None:
     defaults = {name: p.default for name, p in inspect.signature(train).parameters.items()}
-    p = subparsers.add_parser("train", help="train one model on the shipped corpus",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = subparsers.add_parser(
+        "train", help="train one model on the shipped corpus", formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--preset", choices=sorted(PRESETS), default="default", help="model preset")
     p.add_argument("--seed", type=int, default=defaults["seed"], help="weight init and batch order")
     p.add_argument("--steps", type=int, default=defaults["steps"], help="optimiser steps")
@@ -59,16 +70,22 @@ def _add_train_parser(subparsers) -> None:
     p.add_argument("--weight-decay", type=float, default=defaults["weight_decay"], help="AdamW, matrices only")
     p.add_argument("--checkpoint-every", type=int, default=defaults["checkpoint_every"], help="0: never")
     p.add_argument("--out", default=None, help="run directory; None: runs/<preset>-<encoding>-L<len>-seed<seed>")
-    p.add_argument("--no-resume", action="store_true", help="start afresh even if --out holds a checkpoint or a finished run")
+    p.add_argument(
+        "--no-resume", action="store_true", help="start afresh even if --out holds a checkpoint or a finished run"
+    )
     p.add_argument("--device", type=_device, default=defaults["device"], help="cpu, or cuda when available")
     p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     model = p.add_argument_group("model config (overrides the preset)")
     for field in dataclasses.fields(ModelConfig):
         if field.name != "vocab_size":
-            model.add_argument(f"--{field.name.replace('_', '-')}", type=float if field.name == "xpos_scale_base" else type(field.default), default=argparse.SUPPRESS,
-                               choices=MODEL_ENCODINGS if field.name == "encoding" else None,
-                               help=f"the preset's if omitted (default preset: {getattr(PRESETS['default'], field.name)})")
+            model.add_argument(
+                f"--{field.name.replace('_', '-')}",
+                type=float if field.name == "xpos_scale_base" else type(field.default),
+                default=argparse.SUPPRESS,
+                choices=MODEL_ENCODINGS if field.name == "encoding" else None,
+                help=f"the preset's if omitted (default preset: {getattr(PRESETS['default'], field.name)})",
+            )
     p.set_defaults(func=cmd_train)
 
 
@@ -96,13 +113,20 @@ def cmd_family_v2(args: argparse.Namespace) -> None:
 
     under_torchrun = distributed_rank() is not None
     if args.distributed and not under_torchrun:
-        raise ValueError("--distributed needs torchrun: `torchrun --nproc-per-node N -m attnres_helpers family-v2 "
-                         "--distributed`")
+        raise ValueError(
+            "--distributed needs torchrun: `torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed`"
+        )
     if under_torchrun and not args.distributed:
-        raise ValueError("started by torchrun (RANK and WORLD_SIZE are set): pass --distributed, or run it with "
-                         "plain python")
-    profiles = run_family_v2(device=args.device, jobs=args.jobs, extra_seeds=args.extra_seeds,
-                             measure_only=args.measure_only, distributed=args.distributed)
+        raise ValueError(
+            "started by torchrun (RANK and WORLD_SIZE are set): pass --distributed, or run it with plain python"
+        )
+    profiles = run_family_v2(
+        device=args.device,
+        jobs=args.jobs,
+        extra_seeds=args.extra_seeds,
+        measure_only=args.measure_only,
+        distributed=args.distributed,
+    )
     if profiles is not None:  # rank 0 (or a plain run)
         print(f"{len(profiles)} profiles written to {FAMILY_V2_STORE}")
 
@@ -124,12 +148,25 @@ def cmd_measure_hf(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.store:
-        path = measure_pretrained_store(args.model, args.store, args.lengths, args.bca, args.windows, args.method,
-                                        args.train_len, args.work, args.per_head_up_to)
+        path = measure_pretrained_store(
+            args.model,
+            args.store,
+            args.lengths,
+            args.bca,
+            args.windows,
+            args.method,
+            args.train_len,
+            args.work,
+            args.per_head_up_to,
+        )
         print(f"profiles written to {path}")
         return
-    _print_records(measure_pretrained(args.model, args.lengths, args.windows, args.method, args.train_len, args.bca,
-                                      progress=not args.json), args.json)
+    _print_records(
+        measure_pretrained(
+            args.model, args.lengths, args.windows, args.method, args.train_len, args.bca, progress=not args.json
+        ),
+        args.json,
+    )
 
 
 def cmd_fetch_pretrained(args: argparse.Namespace) -> None:
@@ -154,15 +191,22 @@ def cmd_figures(args: argparse.Namespace) -> None:
 
 def _print_records(recs: list[dict], as_json: bool) -> None:
     if as_json:  # valid JSON: a perplexity past float64's range (inf) is written as null
-        print(json.dumps([{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in r.items()}
-                          for r in recs], indent=1, allow_nan=False))
+        print(
+            json.dumps(
+                [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in r.items()} for r in recs],
+                indent=1,
+                allow_nan=False,
+            )
+        )
         return
     for r in recs:
         if r["head_mode"] == "mean-scores" and r["layer"] in ("mean", "upper"):
             past = r["perplexity_past_L"]
-            print(f"{r['run']:14s} eval_len {r['eval_len']:4d}  bca {r['bca']!s:5s}  layers {r['layer']:5s}  "
-                  f"R {r['resolution']:.4f}  ppl <L {r['perplexity_first_L']:.2f}"
-                  + (f"  ppl >=L {past:.2f}" if past is not None else ""))
+            print(
+                f"{r['run']:14s} eval_len {r['eval_len']:4d}  bca {r['bca']!s:5s}  layers {r['layer']:5s}  "
+                f"R {r['resolution']:.4f}  ppl <L {r['perplexity_first_L']:.2f}"
+                + (f"  ppl >=L {past:.2f}" if past is not None else "")
+            )
 
 
 def cmd_measure(args: argparse.Namespace) -> None:
@@ -199,8 +243,11 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
     p.add_argument("--extra-seeds", action="store_true", help="also seeds 3 and 4 of the RoPE-base and xPos-B settings")
     p.add_argument("--measure-only", action="store_true", help="measure the finished runs only; train nothing")
-    p.add_argument("--distributed", action="store_true",
-                   help="under torchrun --nproc-per-node N: each process trains and measures its share (gloo)")
+    p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="under torchrun --nproc-per-node N: each process trains and measures its share (gloo)",
+    )
     p.set_defaults(func=cmd_family_v2)
     p = subparsers.add_parser("hf-train", help="train and measure the Hugging Face architectures of notebook 06")
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
@@ -208,8 +255,12 @@ def _add_experiment_parsers(subparsers) -> None:
     p.set_defaults(func=cmd_hf_train)
     p = subparsers.add_parser("measure-hf", help="measure a Hugging Face causal LM by local folder or hub name")
     p.add_argument("--model", required=True, help="a local model folder (or a hub name, which needs the internet)")
-    p.add_argument("--train-len", type=_positive_int, default=None,
-                   help="L, the trained context (default: the config's max_position_embeddings or n_positions)")
+    p.add_argument(
+        "--train-len",
+        type=_positive_int,
+        default=None,
+        help="L, the trained context (default: the config's max_position_embeddings or n_positions)",
+    )
     p.add_argument("--lengths", type=_lengths, default=(1, 2), help="multiples of L, e.g. 0.125,1,2")
     p.add_argument("--bca", type=_lengths, default=(), help="multiples of L also measured with BCA (blocks of L/2)")
     p.add_argument("--windows", type=_positive_int, default=4, help="held-out windows per length (at most)")
@@ -217,16 +268,22 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
     p.add_argument("--store", default=None, help="write the profiles to this store instead of printing records")
     p.add_argument("--work", default=None, help="with --store: the resumable window sums (default runs/<store>.work)")
-    p.add_argument("--per-head-up-to", type=_positive_int, default=2048,
-                   help="with --store: keep every head up to this length, the head mean beyond (size)")
+    p.add_argument(
+        "--per-head-up-to",
+        type=_positive_int,
+        default=2048,
+        help="with --store: keep every head up to this length, the head mean beyond (size)",
+    )
     p.add_argument("--json", action="store_true", help="print every record as JSON")
     p.set_defaults(func=cmd_measure_hf)
     p = subparsers.add_parser("fetch-pretrained", help="fetch and convert SmolLM2-135M into the model cache (once)")
     p.set_defaults(func=cmd_fetch_pretrained)
     p = subparsers.add_parser("figures", help="regenerate the explorers' default pictures in data/figures/")
     p.set_defaults(func=cmd_figures)
-    for name, func, what in (("measure", cmd_measure, "verify and re-measure the shipped checkpoints"),
-                             ("results", cmd_results, "records from a measurement store (no model is loaded)")):
+    for name, func, what in (
+        ("measure", cmd_measure, "verify and re-measure the shipped checkpoints"),
+        ("results", cmd_results, "records from a measurement store (no model is loaded)"),
+    ):
         p = subparsers.add_parser(name, help=what)
         p.add_argument("--json", action="store_true", help="print every record as JSON")
         p.add_argument("--boundary", choices=("zero", "drop"), default="zero", help="R's boundary convention")
@@ -292,8 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args.func(args)
     except KeyboardInterrupt:
-        sys.exit("interrupted: finished models and the last checkpoint of each run are kept; "
-                 "run the same command again to resume")
+        sys.exit(
+            "interrupted: finished models and the last checkpoint of each run are kept; "
+            "run the same command again to resume"
+        )
     except (ValueError, TypeError, OSError, RuntimeError) as err:  # OSError covers missing files and bad --out
         sys.exit(f"error: {err}")
 

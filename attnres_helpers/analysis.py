@@ -70,8 +70,11 @@ def _run_values(recs: list[dict], L: int) -> dict:
         if r is not None and r["perplexity_past_L"] is not None:
             values[f"rise {name}"] = r["perplexity_past_L"] / r["perplexity_first_L"]
             values[f"ppl past L {name}"] = r["perplexity_past_L"]
-    for (k, layer), column in {(2, "upper"): "R(2L) upper", (2, "mean"): "R(2L) mean",
-                               (1, "upper"): "R(L) upper"}.items():
+    for (k, layer), column in {
+        (2, "upper"): "R(2L) upper",
+        (2, "mean"): "R(2L) mean",
+        (1, "upper"): "R(L) upper",
+    }.items():
         if (k * L, layer) in by:
             values[column] = by[(k * L, layer)]["resolution"]
             if by[(k * L, layer)].get("resolution_sink_free") is not None:
@@ -81,8 +84,14 @@ def _run_values(recs: list[dict], L: int) -> dict:
     return values
 
 
-def family_points(profiles: list[Profile], head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero",
-                  min_seeds: int = 1, curves: dict | None = None, seeds=None) -> list[Point]:
+def family_points(
+    profiles: list[Profile],
+    head_mode: HeadMode = "mean-scores",
+    boundary: Boundary = "zero",
+    min_seeds: int = 1,
+    curves: dict | None = None,
+    seeds=None,
+) -> list[Point]:
     """One :class:`Point` per (setting, BCA) in ``profiles`` (the family store), in store order.
 
     Settings whose runs lack a ``config`` label are refused; configurations with fewer than
@@ -93,8 +102,9 @@ def family_points(profiles: list[Profile], head_mode: HeadMode = "mean-scores", 
         raise ValueError("no profiles: train the family first (python -m attnres_helpers family-v2)")
     if seeds is not None:
         profiles = [p for p in profiles if p.meta["seed"] in seeds]
-    recs = [r for r in records(profiles, boundary, head_modes=(head_mode,), curves=curves)
-            if isinstance(r["layer"], str)]
+    recs = [
+        r for r in records(profiles, boundary, head_modes=(head_mode,), curves=curves) if isinstance(r["layer"], str)
+    ]
     groups: dict[tuple[str, bool], dict[int, list[dict]]] = {}
     for r in recs:
         if "config" not in r:
@@ -146,17 +156,28 @@ class Correlation:
         return f"ρ = {self.rho:+.2f} [{self.low:+.2f}, {self.high:+.2f}] (n = {self.n}{p})"
 
 
-def _cluster_correlations(predictors: dict[str, np.ndarray], outcome: np.ndarray, clusters, n_resamples: int,
-                          confidence_level: float, rng) -> tuple[dict[str, "Correlation"], np.ndarray]:
+def _cluster_correlations(
+    predictors: dict[str, np.ndarray], outcome: np.ndarray, clusters, n_resamples: int, confidence_level: float, rng
+) -> tuple[dict[str, Correlation], np.ndarray]:
     """:class:`Correlation` of each predictor with the outcome, and the replicates (n_resamples, predictors)."""
     names = list(predictors)
     reps = cluster_bootstrap_spearmans([predictors[k] for k in names], outcome, clusters, n_resamples, rng)
-    return {k: Correlation(spearman(predictors[k], outcome), *percentile_interval(reps[:, j], confidence_level),
-                           len(outcome)) for j, k in enumerate(names)}, reps
+    return {
+        k: Correlation(
+            spearman(predictors[k], outcome), *percentile_interval(reps[:, j], confidence_level), len(outcome)
+        )
+        for j, k in enumerate(names)
+    }, reps
 
 
-def cluster_correlations(predictors: dict[str, np.ndarray], outcome: np.ndarray, clusters,
-                         n_resamples: int = 10000, confidence_level: float = 0.95, rng=0) -> dict[str, Correlation]:
+def cluster_correlations(
+    predictors: dict[str, np.ndarray],
+    outcome: np.ndarray,
+    clusters,
+    n_resamples: int = 10000,
+    confidence_level: float = 0.95,
+    rng=0,
+) -> dict[str, Correlation]:
     """:class:`Correlation` of each predictor with the outcome, all on the same cluster resamples."""
     return _cluster_correlations(predictors, outcome, clusters, n_resamples, confidence_level, rng)[0]
 
@@ -175,8 +196,14 @@ class PlanResult:
     seeds: dict[str, int]  # configuration name -> seeds
 
 
-def run_plan(points: list[Point], outcome: str = OUTCOME, predictor: str = PREDICTOR, n_resamples: int = 10000,
-             confidence_level: float = 0.95, rng=0) -> PlanResult:
+def run_plan(
+    points: list[Point],
+    outcome: str = OUTCOME,
+    predictor: str = PREDICTOR,
+    n_resamples: int = 10000,
+    confidence_level: float = 0.95,
+    rng=0,
+) -> PlanResult:
     """The plan's test of ``predictor`` against ``outcome`` over the configurations in ``points``.
 
     - primary: Spearman's ρ, cluster-bootstrap interval over settings, two-sided permutation p;
@@ -206,11 +233,23 @@ def run_plan(points: list[Point], outcome: str = OUTCOME, predictor: str = PREDI
     within = {}
     for flag in (False, True):
         sub = [p for p in points if p.bca == flag]
-        within[flag] = cluster_correlations({predictor: column(sub, predictor)}, column(sub, outcome),
-                                            [p.setting for p in sub], confidence_level=confidence_level,
-                                            **common)[predictor]
-    return PlanResult(outcome, primary, cors, within, partial_spearman(predictors[predictor], y, bca), beats,
-                      len(set(settings)), {p.name: len(p.per_seed.get(outcome, {})) for p in points})
+        within[flag] = cluster_correlations(
+            {predictor: column(sub, predictor)},
+            column(sub, outcome),
+            [p.setting for p in sub],
+            confidence_level=confidence_level,
+            **common,
+        )[predictor]
+    return PlanResult(
+        outcome,
+        primary,
+        cors,
+        within,
+        partial_spearman(predictors[predictor], y, bca),
+        beats,
+        len(set(settings)),
+        {p.name: len(p.per_seed.get(outcome, {})) for p in points},
+    )
 
 
 SUPPORT = "R predicts, beyond the mask"
@@ -234,25 +273,36 @@ def verdict(result: PlanResult) -> tuple[str, list[str]]:
     lines.append(f"Within BCA off: {off}. Within BCA on: {on}. Partial ρ given BCA: {result.partial_given_bca:+.2f}.")
     if not pooled:
         category = NO_SUPPORT
-        why = ("ρ is not negative" if pr.rho >= 0 else "its interval includes 0" if not pr.high < 0
-               else f"p = {pr.p_value:.3g} ≥ 0.05")
+        why = (
+            "ρ is not negative"
+            if pr.rho >= 0
+            else "its interval includes 0"
+            if not pr.high < 0
+            else f"p = {pr.p_value:.3g} ≥ 0.05"
+        )
         lines.append(f"The pooled test fails ({why}).")
     elif off.rho < 0 and off.high < 0:
         category = SUPPORT
         lines.append("The pooled test holds, and within BCA off R still ranks the rise with an interval below 0.")
     elif (not off.excludes_zero and not on.excludes_zero) or (np.sign(off.rho) != np.sign(on.rho)):
         category = MASK_ONLY
-        lines.append("The pooled test holds, but neither within-mask interval excludes 0 (or their signs differ): "
-                     "R separates the masks, with no evidence that it ranks configurations beyond them.")
+        lines.append(
+            "The pooled test holds, but neither within-mask interval excludes 0 (or their signs differ): "
+            "R separates the masks, with no evidence that it ranks configurations beyond them."
+        )
     else:
         category = MIXED
-        lines.append("The pooled test holds; within BCA off the interval includes 0, within BCA on it does not. "
-                     "The plan names no such case; it is reported as mixed.")
+        lines.append(
+            "The pooled test holds; within BCA off the interval includes 0, within BCA on it does not. "
+            "The plan names no such case; it is reported as mixed."
+        )
     bca = result.baselines["BCA indicator"]
     d, lo, hi = result.beats_bca
     beats = lo > 0
-    lines.append(f"The BCA indicator alone: {bca}. |ρ_R| − |ρ_BCA| = {d:+.2f} [{lo:+.2f}, {hi:+.2f}]: R "
-                 + ("beats the indicator." if beats else "does not beat the indicator."))
+    lines.append(
+        f"The BCA indicator alone: {bca}. |ρ_R| − |ρ_BCA| = {d:+.2f} [{lo:+.2f}, {hi:+.2f}]: R "
+        + ("beats the indicator." if beats else "does not beat the indicator.")
+    )
     return category, lines
 
 
@@ -297,8 +347,15 @@ def _against(c: Correlation, sign: int) -> bool:
     return (c.high < 0) if sign > 0 else (c.low > 0)
 
 
-def test_v2(points: list[Point], predictor: str, outcome: str, n_resamples: int = 10000,
-            confidence_level: float = 0.95, rng=0, bca_off_only: bool | None = None) -> TestResult:
+def test_v2(
+    points: list[Point],
+    predictor: str,
+    outcome: str,
+    n_resamples: int = 10000,
+    confidence_level: float = 0.95,
+    rng=0,
+    bca_off_only: bool | None = None,
+) -> TestResult:
     """Plan v2's test of ``predictor`` against ``outcome``: Spearman's ρ, a cluster-bootstrap interval over
     trained settings, the permutation p within mask setting (the unrestricted one beside it), ρ within
     each mask setting and within each family of WITHIN_FAMILIES (BCA off), the partial ρ given BCA, and
@@ -335,18 +392,38 @@ def test_v2(points: list[Point], predictor: str, outcome: str, n_resamples: int 
         partial = partial_spearman(predictors[predictor], y, bca)
         for flag in (False, True):
             sub = [p for p in pts if p.bca == flag]
-            within[flag] = cluster_correlations({predictor: column(sub, predictor)}, column(sub, outcome),
-                                                [p.setting for p in sub], confidence_level=confidence_level,
-                                                **common)[predictor]
+            within[flag] = cluster_correlations(
+                {predictor: column(sub, predictor)},
+                column(sub, outcome),
+                [p.setting for p in sub],
+                confidence_level=confidence_level,
+                **common,
+            )[predictor]
     within_family = {}
     for family in WITHIN_FAMILIES:
         sub = [p for p in pts if p.family == family and not p.bca]
         if len(sub) >= 4:
-            within_family[family] = cluster_correlations({predictor: column(sub, predictor)}, column(sub, outcome),
-                                                         [p.setting for p in sub], confidence_level=confidence_level,
-                                                         **common)[predictor]
-    return TestResult(predictor, outcome, sign, bca_off_only, primary, p_all, within, within_family, partial, cors,
-                      beats, len(set(settings)))
+            within_family[family] = cluster_correlations(
+                {predictor: column(sub, predictor)},
+                column(sub, outcome),
+                [p.setting for p in sub],
+                confidence_level=confidence_level,
+                **common,
+            )[predictor]
+    return TestResult(
+        predictor,
+        outcome,
+        sign,
+        bca_off_only,
+        primary,
+        p_all,
+        within,
+        within_family,
+        partial,
+        cors,
+        beats,
+        len(set(settings)),
+    )
 
 
 def verdict_v2(result: TestResult) -> tuple[str, list[str]]:
@@ -354,14 +431,18 @@ def verdict_v2(result: TestResult) -> tuple[str, list[str]]:
     pr, sign = result.primary, result.sign
     side = "above" if sign > 0 else "below"
     where = "over the BCA-off configurations" if result.bca_off_only else "pooled over both mask settings"
-    lines = [f"{result.predictor} against {result.outcome}, {where} ({result.settings} trained settings): {pr}; "
-             f"the unrestricted permutation p = {result.p_unrestricted:.3g} (labelled; the plan's p is "
-             f"{'plain' if result.bca_off_only else 'within mask setting'}). Support needs ρ {side} 0."]
+    lines = [
+        f"{result.predictor} against {result.outcome}, {where} ({result.settings} trained settings): {pr}; "
+        f"the unrestricted permutation p = {result.p_unrestricted:.3g} (labelled; the plan's p is "
+        f"{'plain' if result.bca_off_only else 'within mask setting'}). Support needs ρ {side} 0."
+    ]
     holds = _supports(pr, sign) and pr.p_value is not None and pr.p_value < 0.05
     if _against(pr, sign):
         category = AGAINST
-        lines.append(f"The interval excludes 0 on the wrong side: higher R goes with {'less' if sign > 0 else 'more'} "
-                     "extrapolation here.")
+        lines.append(
+            f"The interval excludes 0 on the wrong side: higher R goes with {'less' if sign > 0 else 'more'} "
+            "extrapolation here."
+        )
     elif not holds:
         category = INCONCLUSIVE
         why = "its interval crosses 0" if not _supports(pr, sign) else f"p = {pr.p_value:.3g} ≥ 0.05"
@@ -371,23 +452,30 @@ def verdict_v2(result: TestResult) -> tuple[str, list[str]]:
         lines.append("The primary test holds: within BCA off, R ranks the outcome with an interval excluding 0.")
     else:
         off = result.within[False]
-        lines.append(f"Within BCA off: {off}. Within BCA on: {result.within[True]}. "
-                     f"Partial ρ given BCA: {result.partial_given_bca:+.2f}.")
+        lines.append(
+            f"Within BCA off: {off}. Within BCA on: {result.within[True]}. "
+            f"Partial ρ given BCA: {result.partial_given_bca:+.2f}."
+        )
         if _supports(off, sign):
             category = PREDICTS
-            lines.append("The pooled test holds, and within BCA off R still ranks the outcome with an interval "
-                         "excluding 0.")
+            lines.append(
+                "The pooled test holds, and within BCA off R still ranks the outcome with an interval excluding 0."
+            )
         elif _against(off, sign):
             category = UNNAMED
             lines.append("The pooled test holds, but within BCA off the interval excludes 0 on the wrong side.")
         else:
             category = TRACKS_MASK
-            lines.append("The pooled test holds, but within BCA off the interval crosses 0: no evidence beyond the mask.")
+            lines.append(
+                "The pooled test holds, but within BCA off the interval crosses 0: no evidence beyond the mask."
+            )
     if result.beats_bca is not None:
         d, lo, hi = result.beats_bca
         bca = result.baselines["BCA indicator"]
-        lines.append(f"The BCA indicator alone: {bca}. |ρ_R| − |ρ_BCA| = {d:+.2f} [{lo:+.2f}, {hi:+.2f}]: R "
-                     + ("beats the indicator." if lo > 0 else "does not beat the indicator."))
+        lines.append(
+            f"The BCA indicator alone: {bca}. |ρ_R| − |ρ_BCA| = {d:+.2f} [{lo:+.2f}, {hi:+.2f}]: R "
+            + ("beats the indicator." if lo > 0 else "does not beat the indicator.")
+        )
     if "family mean" in result.baselines:
         lines.append(f"The family-mean baseline: {result.baselines['family mean']}.")
     return category, lines
@@ -395,7 +483,7 @@ def verdict_v2(result: TestResult) -> tuple[str, list[str]]:
 
 def base_bound(L_context: int) -> float:
     """Men et al. 2024's minimum RoPE base for a context of ``L_context`` tokens: 0.0424 · C^1.628."""
-    return 0.0424 * L_context ** 1.628
+    return 0.0424 * L_context**1.628
 
 
 def base_bound_table(points: list[Point], L: int, outcomes=tuple(V2_OUTCOMES)) -> list[dict]:
@@ -406,9 +494,15 @@ def base_bound_table(points: list[Point], L: int, outcomes=tuple(V2_OUTCOMES)) -
         if p.family != "rope" or p.bca:
             continue
         base = float(p.setting.rsplit(" ", 1)[-1])
-        rows.append({"setting": p.setting, "base": base, "log base / bound": math.log(base / base_bound(2 * L)),
-                     "predicted to keep 2L": base >= base_bound(2 * L),
-                     **{o: p.values.get(o) for o in outcomes}})
+        rows.append(
+            {
+                "setting": p.setting,
+                "base": base,
+                "log base / bound": math.log(base / base_bound(2 * L)),
+                "predicted to keep 2L": base >= base_bound(2 * L),
+                **{o: p.values.get(o) for o in outcomes},
+            }
+        )
     return sorted(rows, key=lambda r: r["base"])
 
 

@@ -92,9 +92,11 @@ def check_weights_header(weights_path: Path, cfg, config_path: Path) -> None:
     expected = expected_shapes(cfg)
     if shapes != expected:
         differ = sorted(name for name in set(shapes) | set(expected) if shapes.get(name) != expected.get(name))
-        raise ValueError(f"checkpoint file {config_path} does not match the weights in {weights_path}: the config asks "
-                         f"for {cfg.n_layer} layers of width {cfg.d_model}; {len(differ)} tensors differ in name or "
-                         f"shape, e.g. {differ[0]!r}: config {expected.get(differ[0])}, weights {shapes.get(differ[0])}")
+        raise ValueError(
+            f"checkpoint file {config_path} does not match the weights in {weights_path}: the config asks "
+            f"for {cfg.n_layer} layers of width {cfg.d_model}; {len(differ)} tensors differ in name or "
+            f"shape, e.g. {differ[0]!r}: config {expected.get(differ[0])}, weights {shapes.get(differ[0])}"
+        )
 
 
 def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], path: Path) -> None:
@@ -102,12 +104,16 @@ def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], path:
     expected = model.state_dict()
     missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing or unexpected:
-        raise ValueError(f"checkpoint file {path} does not match the model config: "
-                         f"missing tensors {missing}, unexpected tensors {unexpected}")
+        raise ValueError(
+            f"checkpoint file {path} does not match the model config: "
+            f"missing tensors {missing}, unexpected tensors {unexpected}"
+        )
     for name, ref in expected.items():
         if tensors[name].shape != ref.shape:
-            raise ValueError(f"checkpoint file {path}: tensor {name} has shape {tuple(tensors[name].shape)}, "
-                             f"the model config needs {tuple(ref.shape)}")
+            raise ValueError(
+                f"checkpoint file {path}: tensor {name} has shape {tuple(tensors[name].shape)}, "
+                f"the model config needs {tuple(ref.shape)}"
+            )
         if not torch.isfinite(tensors[name]).all():
             raise ValueError(f"checkpoint file {path}: tensor {name} has non-finite values")
     model.load_state_dict({name: t.float() for name, t in tensors.items()})
@@ -121,12 +127,16 @@ def verify_run(run_dir: Path, fix: str) -> None:
     elif (run_dir.parent / SUMS_FILE).is_file():
         listed = (run_dir.parent / SUMS_FILE).read_text(errors="replace")
         if f"  {run_dir.name}/{MODEL_FILE}" not in listed:
-            raise ValueError(f"{run_dir.parent / SUMS_FILE} does not list {run_dir.name}/{MODEL_FILE}: unverified "
-                             f"checkpoint refused; regenerate with `{fix}`")
+            raise ValueError(
+                f"{run_dir.parent / SUMS_FILE} does not list {run_dir.name}/{MODEL_FILE}: unverified "
+                f"checkpoint refused; regenerate with `{fix}`"
+            )
         verify_sha256sums(run_dir.parent, fix)
     else:
-        raise ValueError(f"checkpoint {run_dir} has no {SUMS_FILE} (neither in it nor above it): it cannot be "
-                         f"verified and is refused; regenerate it with `{fix}`")
+        raise ValueError(
+            f"checkpoint {run_dir} has no {SUMS_FILE} (neither in it nor above it): it cannot be "
+            f"verified and is refused; regenerate it with `{fix}`"
+        )
 
 
 def regenerate_command(run_dir: Path) -> str:

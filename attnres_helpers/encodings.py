@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import Callable
 
 import numpy as np
 import torch
 
 from .metric import Boundary, HeadMode, layer_resolution, resolution
 from .model import alibi_slopes as model_alibi_slopes
-
 
 # --------------------------------------------------------------------------- checks
 
@@ -123,12 +122,7 @@ def sinusoidal_score_curve(N: int, head_dim: int = 64, base: float = 10000.0, sc
 
 
 def xpos_score_curve(
-    N: int,
-    head_dim: int = 64,
-    base: float = 10000.0,
-    gamma: float = 0.4,
-    scale_base: float = 512.0,
-    scale: float = 8.0,
+    N: int, head_dim: int = 64, base: float = 10000.0, gamma: float = 0.4, scale_base: float = 512.0, scale: float = 8.0
 ):
     """xPos (Sun et al. 2022, Eq. 9; torchscale ``xpos_relative_position.py``), Figure 1's curve.
 
@@ -220,7 +214,9 @@ def t5_buckets(N: int, num_buckets: int = 32, max_distance: int = 128) -> np.nda
     if max_distance <= exact:
         raise ValueError(f"max_distance must exceed num_buckets // 2 = {exact}, got {max_distance}")
     n = np.arange(N)
-    log_spaced = exact + (np.log(np.maximum(n, exact) / exact) / math.log(max_distance / exact) * (num_buckets - exact)).astype(np.int64)
+    log_spaced = exact + (
+        np.log(np.maximum(n, exact) / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+    ).astype(np.int64)
     return np.where(n < exact, n, np.minimum(log_spaced, num_buckets - 1))  # (N,)
 
 

@@ -99,8 +99,9 @@ def verify_sha256sums(root: Path, fix: str) -> None:
     if not sums_path.is_file():
         raise FileNotFoundError(f"{sums_path} is missing; regenerate the folder with `{fix}`")
     if sums_path.is_symlink() or sums_path.stat().st_size > MAX_SUMS_BYTES:
-        raise ValueError(f"{sums_path} is a link or over {MAX_SUMS_BYTES} bytes: refused; regenerate the folder "
-                         f"with `{fix}`")
+        raise ValueError(
+            f"{sums_path} is a link or over {MAX_SUMS_BYTES} bytes: refused; regenerate the folder with `{fix}`"
+        )
     try:
         text = sums_path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
@@ -111,8 +112,9 @@ def verify_sha256sums(root: Path, fix: str) -> None:
         if len(digest) != 64 or not name or name.startswith("/") or ".." in Path(name).parts:
             raise ValueError(f"{sums_path} has a malformed line: {line[:80]!r}")
         expected[name] = digest
-    present = {p.relative_to(root).as_posix() for p in root.rglob("*")
-               if p != sums_path and (p.is_file() or p.is_symlink())}
+    present = {
+        p.relative_to(root).as_posix() for p in root.rglob("*") if p != sums_path and (p.is_file() or p.is_symlink())
+    }
     for name in sorted(expected.keys() - present):
         raise ValueError(f"{root / name} is listed in {SUMS_FILE} but missing; regenerate with `{fix}`")
     for name in sorted(present - expected.keys()):
@@ -163,8 +165,9 @@ def _take(lock: Path, path: Path) -> None:
             except FileExistsError:
                 holder = _lock_holder(lock)
                 if holder is not None and _alive(holder):
-                    raise RuntimeError(f"{path} is being written by process {holder} (lock {lock}); wait for it, "
-                                       "or stop that process") from None
+                    raise RuntimeError(
+                        f"{path} is being written by process {holder} (lock {lock}); wait for it, or stop that process"
+                    ) from None
                 lock.unlink(missing_ok=True)  # stale: its process is gone
                 continue
             return

@@ -62,8 +62,9 @@ def measure_windows(model, windows: torch.Tensor, bca: bool = False, batch_size:
     return {"s_hat": s_hat, "key0": key0_sum / windows.shape[0], "nll": nll_sum / windows.shape[0]}
 
 
-def measure_model(model, val_tokens: torch.Tensor, run: str, meta: dict, multiples=(1, 2, 4), n_windows: int = 32,
-                  batch_size: int = 8) -> list[Profile]:
+def measure_model(
+    model, val_tokens: torch.Tensor, run: str, meta: dict, multiples=(1, 2, 4), n_windows: int = 32, batch_size: int = 8
+) -> list[Profile]:
     """Profiles (ŝ and per-position NLL) at eval_len = k·L for k in ``multiples``, without and
     (relative encodings) with BCA. Every eval length uses its own windows, and within one length
     the positions < L and ≥ L come from the same windows.

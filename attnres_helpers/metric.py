@@ -226,8 +226,9 @@ def _correlation(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.fft.irfft((Q * K.conj()).sum(-2), n=n_fft, dim=-1)[..., :T]
 
 
-def expected_scores_fft(q: torch.Tensor, k: torch.Tensor, scale: float | None = None,
-                        block: int | None = None) -> torch.Tensor:
+def expected_scores_fft(
+    q: torch.Tensor, k: torch.Tensor, scale: float | None = None, block: int | None = None
+) -> torch.Tensor:
     """Eq. 11 from queries and keys instead of the score matrix: ``q, k (B, H, T, d) -> ŝ (H, T)``,
     averaged over the batch, with
 
@@ -319,7 +320,9 @@ class ScoreAccumulator:
         if self._sums is None:
             self._sums, self._counts = sums, counts
         elif sums.shape != self._sums.shape:
-            raise ValueError(f"logits of shape {tuple(t.shape)} do not match earlier batches (ŝ shape {tuple(self._sums.shape)})")
+            raise ValueError(
+                f"logits of shape {tuple(t.shape)} do not match earlier batches (ŝ shape {tuple(self._sums.shape)})"
+            )
         else:
             self._sums += sums
             self._counts += counts
@@ -372,7 +375,9 @@ def layer_resolution(s_hat, head_mode: HeadMode = "mean-scores", boundary: Bound
     if t.ndim < 2:
         raise ValueError(f"per-head scores need shape (..., H, N), got {tuple(t.shape)}")
     if t.numel() == 0:
-        raise ValueError(f"per-head scores are empty (shape {tuple(t.shape)}); need shape (..., H, N) with H >= 1, N >= 2")
+        raise ValueError(
+            f"per-head scores are empty (shape {tuple(t.shape)}); need shape (..., H, N) with H >= 1, N >= 2"
+        )
     if not t.is_floating_point():
         t = t.double()  # integer tensors cannot be averaged over heads
     if head_mode == "mean-scores":

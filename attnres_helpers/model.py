@@ -12,7 +12,8 @@ Pre-LN blocks, tied byte embeddings, GELU MLP. The position encoding is one of
 - ``nope``: no positional signal; the causal mask carries position implicitly.
 - ``t5``: Raffel et al. 2020 §2.1, a learned scalar per head and distance bucket added to the
   score (32 causal buckets: 16 exact distances, the rest log-spaced up to max_distance = max(L, 32)
-  (T5's own 128 at the default L), every farther distance in the last bucket); each layer has its own table, initialised to zero.
+  (T5's own 128 at the default L), every farther distance in the last bucket); each layer has its
+  own table, initialised to zero.
 - ``kerple``: Chi et al. 2022, the log kernel −p_h·log(1 + a_h·(i − j)) added to the score, with
   p_h, a_h learned per head and layer, clamped to >= 0.01 as in the official code; initialised to 1.
 
@@ -73,7 +74,9 @@ class ModelConfig:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
         if self.train_len < 2 or self.train_len % 2:
-            raise ValueError(f"train_len must be an even number >= 2 (BCA uses blocks of train_len/2), got {self.train_len}")
+            raise ValueError(
+                f"train_len must be an even number >= 2 (BCA uses blocks of train_len/2), got {self.train_len}"
+            )
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         if self.head_dim % 2:
@@ -81,13 +84,17 @@ class ModelConfig:
         if not 1 < self.rope_base <= 1e9:
             raise ValueError(f"rope_base must be in (1, 1e9], got {self.rope_base}")
         if not 0 < self.xpos_gamma <= 100 or not 0 < self.scale_base <= 1e9:
-            raise ValueError(f"xpos_gamma must be in (0, 100] and xpos_scale_base in (0, 1e9], "
-                             f"got {self.xpos_gamma} and {self.xpos_scale_base}")
+            raise ValueError(
+                f"xpos_gamma must be in (0, 100] and xpos_scale_base in (0, 1e9], "
+                f"got {self.xpos_gamma} and {self.xpos_scale_base}"
+            )
         if not 0 <= self.alibi_slope_scale <= 1e3:
             raise ValueError(f"alibi_slope_scale must be in [0, 1000], got {self.alibi_slope_scale}")
         if self.n_parameters > MAX_PARAMETERS:
-            raise ValueError(f"the model would have {self.n_parameters:,} parameters ({self.n_layer} layers of width "
-                             f"{self.d_model}), over the bound of {MAX_PARAMETERS:,}")
+            raise ValueError(
+                f"the model would have {self.n_parameters:,} parameters ({self.n_layer} layers of width "
+                f"{self.d_model}), over the bound of {MAX_PARAMETERS:,}"
+            )
 
     @property
     def n_parameters(self) -> int:
@@ -109,12 +116,12 @@ class ModelConfig:
     def to_dict(self) -> dict:
         return {**asdict(self), "xpos_scale_base": self.scale_base}
 
-    def build(self) -> "Transformer":
+    def build(self) -> Transformer:
         """The model of this config (random weights)."""
         return Transformer(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelConfig":
+    def from_dict(cls, d: dict) -> ModelConfig:
         names = {f.name for f in fields(cls)}
         unknown, missing = set(d) - names, names - set(d)
         if unknown or missing:
@@ -176,8 +183,12 @@ def t5_buckets(distance: torch.Tensor, num_buckets: int = T5_BUCKETS, max_distan
     every farther distance in bucket num_buckets − 1."""
     exact = num_buckets // 2
     n = distance.clamp(min=0)
-    log_spaced = exact + (torch.log(n.clamp(min=exact).double() / exact) / math.log(max_distance / exact)
-                          * (num_buckets - exact)).long()
+    log_spaced = (
+        exact
+        + (
+            torch.log(n.clamp(min=exact).double() / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+        ).long()
+    )
     return torch.where(n < exact, n, log_spaced.clamp(max=num_buckets - 1))
 
 
@@ -194,11 +205,15 @@ class PositionInfo:
         self.bias = None  # fixed additive score bias (H, T, T), ALiBi only
         self.distance = None  # i − j clamped at 0 (T, T), for the learned biases of each layer
         if cfg.encoding in ("alibi", *LEARNED_BIASES):
-            self.distance = (torch.arange(T, device=device)[:, None] - torch.arange(T, device=device)[None, :]).clamp(min=0)
+            self.distance = (torch.arange(T, device=device)[:, None] - torch.arange(T, device=device)[None, :]).clamp(
+                min=0
+            )
         if cfg.encoding == "alibi":
             slopes = alibi_slopes(cfg.n_head).to(device) * cfg.alibi_slope_scale
             self.bias = -slopes[:, None, None] * self.distance.float()  # (H, T, T)
-        self.buckets = t5_buckets(self.distance, T5_BUCKETS, max(cfg.train_len, T5_BUCKETS)) if cfg.encoding == "t5" else None
+        self.buckets = (
+            t5_buckets(self.distance, T5_BUCKETS, max(cfg.train_len, T5_BUCKETS)) if cfg.encoding == "t5" else None
+        )
 
     @staticmethod
     def _rotary(cfg: ModelConfig, T: int, device):
@@ -208,7 +223,9 @@ class PositionInfo:
         pos = torch.arange(T, device=device, dtype=torch.float32)
         angle = pos[:, None] * theta[None, :]  # (T, d/2)
         if cfg.encoding == "xpos":
-            zeta = (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d + cfg.xpos_gamma) / (1 + cfg.xpos_gamma)
+            zeta = (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d + cfg.xpos_gamma) / (
+                1 + cfg.xpos_gamma
+            )
             centred = (pos - T // 2)[:, None] / cfg.scale_base  # centred to stay in range (torchscale)
             q_scale = zeta[None, :] ** centred  # (T, d/2)
             k_scale = 1.0 / q_scale

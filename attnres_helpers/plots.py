@@ -17,14 +17,12 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.text import Text
 
 from .encodings import resolution_pair, score_curve
 from .files import atomic_write
 from .metric import Boundary, HeadMode, mean_over_heads, resolution
 
 if TYPE_CHECKING:
-    from .analysis import Point
     from .store import Profile
 
 
@@ -37,8 +35,12 @@ MIN_FONT = 9  # points
 
 # Everything savefig reads from rcParams, fixed, so that a figure's PNG does not depend on the session's
 # settings (a notebook backend, a matplotlibrc): with the same figure, the same bytes.
-SAVE_RC = {"savefig.bbox": "standard", "savefig.pad_inches": 0.1, "savefig.transparent": False,
-           "savefig.orientation": "portrait"}
+SAVE_RC = {
+    "savefig.bbox": "standard",
+    "savefig.pad_inches": 0.1,
+    "savefig.transparent": False,
+    "savefig.orientation": "portrait",
+}
 
 
 def save_png_atomic(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
@@ -83,8 +85,13 @@ def plot_weight_profiles(profiles: dict[str, np.ndarray], ax: Axes | None = None
     return ax
 
 
-def plot_resolution_vs_temperature(shape: np.ndarray, temperatures: np.ndarray, lengths: tuple[int, ...],
-                                   ax: Axes | None = None, boundary: Boundary = "zero") -> Axes:
+def plot_resolution_vs_temperature(
+    shape: np.ndarray,
+    temperatures: np.ndarray,
+    lengths: tuple[int, ...],
+    ax: Axes | None = None,
+    boundary: Boundary = "zero",
+) -> Axes:
     """R(s[:N] / τ) against the temperature τ for one score shape s, one curve per length N (log scale;
     the dotted lines are each N's flat-profile floor 1/N², for boundary "zero")."""
     ax = plt.gca() if ax is None else ax
@@ -94,7 +101,13 @@ def plot_resolution_vs_temperature(shape: np.ndarray, temperatures: np.ndarray, 
         r = resolution(shape[None, :N] / temperatures[:, None], boundary)  # (len(temperatures),)
         line = ax.plot(temperatures, r, label=f"N = {N}")[0]
         if boundary == "zero":
-            ax.axhline(1 / N**2, color=line.get_color(), linestyle=":", linewidth=1, label=f"flat profile, 1/N² = {1 / N**2:.1e}")
+            ax.axhline(
+                1 / N**2,
+                color=line.get_color(),
+                linestyle=":",
+                linewidth=1,
+                label=f"flat profile, 1/N² = {1 / N**2:.1e}",
+            )
     ax.set(xscale="log", yscale="log", xlabel="temperature τ (scores divided by τ)", ylabel="R (log scale)")
     ax.legend()
     return ax
@@ -116,8 +129,14 @@ def readme_resolution_figure(N: int = 64, n_temperatures: int = 61) -> Figure:
 # --- design-time curves of the encodings ------------------------------------------------
 
 
-def plot_design_curve(name: str, L: int, ax: Axes | None = None, boundary: Boundary = "zero",
-                      head_mode: HeadMode = "mean-scores", **params: float) -> Axes:
+def plot_design_curve(
+    name: str,
+    L: int,
+    ax: Axes | None = None,
+    boundary: Boundary = "zero",
+    head_mode: HeadMode = "mean-scores",
+    **params: float,
+) -> Axes:
     """Design-time s[n] of one encoding over distances 0..2L−1 (ALiBi: heads thin, head mean bold),
     the training length L dashed, and the pair (R(L), R(2L)) in the title."""
     ax = plt.gca() if ax is None else ax
@@ -147,8 +166,9 @@ def plot_resolution_pairs(names: list[str], r_L: list[float], r_2L: list[float],
     return ax
 
 
-def encoding_gallery(L: int, names: list[str], ncols: int = 4, boundary: Boundary = "zero",
-                     head_mode: HeadMode = "mean-scores") -> Figure:
+def encoding_gallery(
+    L: int, names: list[str], ncols: int = 4, boundary: Boundary = "zero", head_mode: HeadMode = "mean-scores"
+) -> Figure:
     """One :func:`plot_design_curve` panel per encoding, at its registry defaults."""
     nrows = -(-len(names) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows), squeeze=False)
@@ -172,8 +192,9 @@ def _heads_averaged(s_hat: np.ndarray | torch.Tensor) -> np.ndarray:
     return mean_over_heads(s).numpy()
 
 
-def plot_measured_profiles(profiles: dict[str, np.ndarray | torch.Tensor], train_len: int, ax: Axes | None = None,
-                           title: str = "") -> Axes:
+def plot_measured_profiles(
+    profiles: dict[str, np.ndarray | torch.Tensor], train_len: int, ax: Axes | None = None, title: str = ""
+) -> Axes:
     """Measured ŝ[n] of one model, heads averaged, against distance n: one colour per layer and one
     line style per entry of ``profiles = {label: s_hat (layers, H, T)}`` (e.g. T = L and T = 2L),
     with the training length L marked. Masked distances (ŝ = -inf, under BCA) leave a gap."""
@@ -184,8 +205,14 @@ def plot_measured_profiles(profiles: dict[str, np.ndarray | torch.Tensor], train
         per_layer = _heads_averaged(s_hat)  # (layers, T)
         per_layer = np.where(np.isfinite(per_layer), per_layer, np.nan)
         for layer, s in enumerate(per_layer):
-            ax.plot(np.arange(len(s)), s, color=f"C{layer}", linestyle=style, linewidth=1,
-                    label=f"layer {layer}" if style == LINE_STYLES[0] else None)
+            ax.plot(
+                np.arange(len(s)),
+                s,
+                color=f"C{layer}",
+                linestyle=style,
+                linewidth=1,
+                label=f"layer {layer}" if style == LINE_STYLES[0] else None,
+            )
         ax.plot([], [], color="gray", linestyle=style, label=label)
     ax.axvline(train_len, color="k", alpha=0.4, linewidth=3, label="training length L")
     ax.set(xlabel="distance n", ylabel=r"$\hat{s}[n]$ (heads averaged)", title=title)
@@ -193,8 +220,9 @@ def plot_measured_profiles(profiles: dict[str, np.ndarray | torch.Tensor], train
     return ax
 
 
-def measured_profile_gallery(profiles: dict[str, dict[str, np.ndarray | torch.Tensor]], train_len: int,
-                             ncols: int = 3) -> Figure:
+def measured_profile_gallery(
+    profiles: dict[str, dict[str, np.ndarray | torch.Tensor]], train_len: int, ncols: int = 3
+) -> Figure:
     """One :func:`plot_measured_profiles` panel per model: ``profiles = {name: {label: s_hat}}``."""
     nrows = -(-len(profiles) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
@@ -206,8 +234,14 @@ def measured_profile_gallery(profiles: dict[str, dict[str, np.ndarray | torch.Te
     return fig
 
 
-def plot_stat_bars(rows: list[dict], columns: list[str] | tuple[str, ...], category: str = "encoding",
-                   ax: Axes | None = None, ylabel: str = "R", errors: str = "spread") -> Axes:
+def plot_stat_bars(
+    rows: list[dict],
+    columns: list[str] | tuple[str, ...],
+    category: str = "encoding",
+    ax: Axes | None = None,
+    ylabel: str = "R",
+    errors: str = "spread",
+) -> Axes:
     """Grouped bars from table rows (attnres_helpers.tables): one group per row, named by
     ``row[category]``, one bar per column at the seed mean, an error bar and each seed as a dot.
     A missing value (None) is marked "n/a".
@@ -226,8 +260,12 @@ def plot_stat_bars(rows: list[dict], columns: list[str] | tuple[str, ...], categ
         present = [i for i, stat in enumerate(stats) if stat is not None]
         means = np.array([stats[i].mean for i in present])
         if errors == "range":
-            yerr = np.array([[stats[i].mean - min(stats[i].values) for i in present],
-                             [max(stats[i].values) - stats[i].mean for i in present]]).reshape(2, -1)
+            yerr = np.array(
+                [
+                    [stats[i].mean - min(stats[i].values) for i in present],
+                    [max(stats[i].values) - stats[i].mean for i in present],
+                ]
+            ).reshape(2, -1)
         else:
             yerr = [stats[i].spread or 0.0 for i in present]
         ax.bar(centres[present], means, width=width, color=f"C{j}", label=column, yerr=yerr, capsize=2)
@@ -242,10 +280,17 @@ def plot_stat_bars(rows: list[dict], columns: list[str] | tuple[str, ...], categ
     return ax
 
 
-def layer_resolution_figure(records: list[dict], encodings: list[str], head_mode: HeadMode = "mean-scores",
-                            columns: tuple[str, ...] = ("R(L)", "R(2L)"), reference: str | None = "alibi",
-                            ncols: int = 3, reference_column: str | None = None, width: float = DISPLAY_WIDTH,
-                            row_height: float = 2.9) -> Figure:
+def layer_resolution_figure(
+    records: list[dict],
+    encodings: list[str],
+    head_mode: HeadMode = "mean-scores",
+    columns: tuple[str, ...] = ("R(L)", "R(2L)"),
+    reference: str | None = "alibi",
+    ncols: int = 3,
+    reference_column: str | None = None,
+    width: float = DISPLAY_WIDTH,
+    row_height: float = 2.9,
+) -> Figure:
     """Per-layer R of each encoding, one panel each, on a log axis (bars at the seed mean, error
     bars from the smallest to the largest seed, a dot per seed), so that ALiBi's 0.003 and RoPE's
     0.2 are both readable; the axis starts a factor of 3 below the smallest seed value.
@@ -260,8 +305,7 @@ def layer_resolution_figure(records: list[dict], encodings: list[str], head_mode
 
     reference_column = columns[-1] if reference_column is None else reference_column
     nrows = -(-len(encodings) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, row_height * nrows),
-                             squeeze=False, sharey=True)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, row_height * nrows), squeeze=False, sharey=True)
     ref_rows = layer_table(records, reference, head_mode) if reference in encodings else None
     smallest = np.inf
     for ax, encoding in zip(axes.flat, encodings):
@@ -271,8 +315,14 @@ def layer_resolution_figure(records: list[dict], encodings: list[str], head_mode
         ax.set_yscale("log")
         if ref_rows is not None and encoding != reference:
             level = [row[reference_column].mean for row in ref_rows]
-            ax.step(np.arange(len(level) + 1) - 0.5, level + level[-1:], where="post", color="k",
-                    linestyle=":", linewidth=1.5)
+            ax.step(
+                np.arange(len(level) + 1) - 0.5,
+                level + level[-1:],
+                where="post",
+                color="k",
+                linestyle=":",
+                linewidth=1.5,
+            )
         ax.set_title(encoding, fontsize=10)
         ax.set_xlabel("layer", fontsize=MIN_FONT + 0.5)
         ax.set_ylabel(f"R ({head_mode}, log)" if ax in axes[:, 0] else "", fontsize=MIN_FONT + 0.5)
@@ -284,14 +334,19 @@ def layer_resolution_figure(records: list[dict], encodings: list[str], head_mode
     handles.append(Line2D([], [], marker="o", linestyle="", color="k", markersize=3, label="one seed"))
     if ref_rows is not None:
         handles.append(Line2D([], [], color="k", linestyle=":", linewidth=1.5, label=f"{reference} {reference_column}"))
-    free = axes.flat[len(encodings):]
+    free = axes.flat[len(encodings) :]
     for ax in free:
         ax.set_visible(False)
     if len(free):
         fig.tight_layout()
         box = free[0].get_position()
-        fig.legend(handles=handles, loc="center", bbox_to_anchor=(box.x0 + box.width / 2, box.y0 + box.height / 2),
-                   fontsize=10, frameon=False)
+        fig.legend(
+            handles=handles,
+            loc="center",
+            bbox_to_anchor=(box.x0 + box.width / 2, box.y0 + box.height / 2),
+            fontsize=10,
+            frameon=False,
+        )
     else:
         axes.flat[0].legend(handles=handles, fontsize=MIN_FONT, loc="lower left")
         fig.tight_layout()
@@ -322,25 +377,39 @@ def _layer_softmax(s_hat: Profile | np.ndarray | torch.Tensor) -> tuple[np.ndarr
     return np.where(finite, per_layer, np.nan), p / p.sum(-1, keepdims=True)
 
 
-def plot_layer_softmax(s_hat: Profile | np.ndarray | torch.Tensor, train_len: int, ax: Axes | None = None,
-                       title: str = "", boundary: Boundary = "zero") -> Axes:
+def plot_layer_softmax(
+    s_hat: Profile | np.ndarray | torch.Tensor,
+    train_len: int,
+    ax: Axes | None = None,
+    title: str = "",
+    boundary: Boundary = "zero",
+) -> Axes:
     """The softmax weights p_n = softmax(ŝ)[n] of each layer (heads averaged), on a log axis, with
     each layer's R in the legend and L marked: what R sees. Masked distances (p_n = 0) leave a gap.
     ``s_hat`` is a stored Profile or its ŝ (layers, H, T); R is the store's query (mean-scores)."""
     ax = plt.gca() if ax is None else ax
     _, p = _layer_softmax(s_hat)
     for layer, (w, r) in enumerate(zip(p, _layer_resolutions(s_hat, train_len, boundary))):
-        ax.plot(np.arange(len(w)), np.where(w > 0, w, np.nan), color=f"C{layer}", linewidth=1,
-                label=f"layer {layer}: R = {r:.3g}")
+        ax.plot(
+            np.arange(len(w)),
+            np.where(w > 0, w, np.nan),
+            color=f"C{layer}",
+            linewidth=1,
+            label=f"layer {layer}: R = {r:.3g}",
+        )
     ax.axvline(train_len, color="k", alpha=0.4, linewidth=3)
     ax.set(xlabel="distance n", ylabel=r"$p_n$ = softmax($\hat{s}$) (log)", yscale="log", title=title)
     ax.legend(fontsize=MIN_FONT, ncol=2 if len(p) > 4 else 1, columnspacing=1.0, handlelength=1.5)
     return ax
 
 
-def plot_layer_weights(s_hat: Profile | np.ndarray | torch.Tensor, train_len: int,
-                       axes: np.ndarray | list[Axes] | None = None,
-                       title: str = "", boundary: Boundary = "zero") -> np.ndarray | list[Axes]:
+def plot_layer_weights(
+    s_hat: Profile | np.ndarray | torch.Tensor,
+    train_len: int,
+    axes: np.ndarray | list[Axes] | None = None,
+    title: str = "",
+    boundary: Boundary = "zero",
+) -> np.ndarray | list[Axes]:
     """What R sees in one model at one eval length: left, ŝ[n] per layer (heads averaged); right,
     :func:`plot_layer_softmax`. ``s_hat`` is a stored Profile or its ŝ (layers, H, T)."""
     if axes is None:
@@ -360,8 +429,13 @@ def plot_layer_weights(s_hat: Profile | np.ndarray | torch.Tensor, train_len: in
     return axes
 
 
-def layer_weights_figure(s_hats: dict[str, Profile | np.ndarray | torch.Tensor], train_len: int,
-                         boundary: Boundary = "zero", width: float = DISPLAY_WIDTH, row_height: float = 2.9) -> Figure:
+def layer_weights_figure(
+    s_hats: dict[str, Profile | np.ndarray | torch.Tensor],
+    train_len: int,
+    boundary: Boundary = "zero",
+    width: float = DISPLAY_WIDTH,
+    row_height: float = 2.9,
+) -> Figure:
     """One row of :func:`plot_layer_weights` per model: ``s_hats = {title: s_hat (layers, H, T)}``.
     ``width`` in inches (default: JupyterLab's display width at dpi 100)."""
     fig, axes = plt.subplots(len(s_hats), 2, figsize=(width, row_height * len(s_hats)), squeeze=False)
@@ -381,8 +455,13 @@ def plot_training_losses(losses: dict[str, list], ax: Axes | None = None, smooth
         for j, run in enumerate(runs):
             run = np.asarray(run, dtype=np.float64)
             averaged = np.convolve(run, np.ones(smooth) / smooth, mode="valid")  # (steps − smooth + 1,)
-            ax.plot(np.arange(len(averaged)) + (smooth - 1) / 2, averaged, color=f"C{i}", linewidth=1,
-                    label=label if j == 0 else None)
+            ax.plot(
+                np.arange(len(averaged)) + (smooth - 1) / 2,
+                averaged,
+                color=f"C{i}",
+                linewidth=1,
+                label=label if j == 0 else None,
+            )
     ax.set_xlabel("step", fontsize=MIN_FONT + 0.5)
     ax.set_ylabel("training loss (nats/byte)", fontsize=MIN_FONT + 0.5)
     ax.tick_params(labelsize=MIN_FONT)
@@ -390,8 +469,9 @@ def plot_training_losses(losses: dict[str, list], ax: Axes | None = None, smooth
     return ax
 
 
-def plot_position_perplexity(nll: dict[str, np.ndarray | torch.Tensor], train_len: int, ax: Axes | None = None,
-                             smooth: int = 1) -> Axes:
+def plot_position_perplexity(
+    nll: dict[str, np.ndarray | torch.Tensor], train_len: int, ax: Axes | None = None, smooth: int = 1
+) -> Axes:
     """Perplexity at each position of the window, exp of the mean next-token NLL averaged over
     ``smooth`` neighbouring positions, one line per entry of ``nll = {label: (T,)}``; L marked."""
     ax = plt.gca() if ax is None else ax
@@ -413,8 +493,9 @@ def plot_position_perplexity(nll: dict[str, np.ndarray | torch.Tensor], train_le
     return ax
 
 
-def plot_mask(mask: np.ndarray | torch.Tensor, ax: Axes | None = None, title: str = "",
-              block: int | None = None) -> Axes:
+def plot_mask(
+    mask: np.ndarray | torch.Tensor, ax: Axes | None = None, title: str = "", block: int | None = None
+) -> Axes:
     """A (T, T) attention mask laid out [query, key], allowed pairs dark; block edges drawn when given."""
     ax = plt.gca() if ax is None else ax
     mask = np.asarray(mask, dtype=np.float64)
@@ -424,143 +505,3 @@ def plot_mask(mask: np.ndarray | torch.Tensor, ax: Axes | None = None, title: st
         ax.axvline(edge - 0.5, color="C3", linewidth=0.8)
     ax.set(xlabel="key j", ylabel="query i", title=title)
     return ax
-
-
-# --- predictors against outcomes, one point per configuration ---------------------------
-
-FAMILY_COLOURS = {"rope": "C0", "xpos": "C1", "alibi": "C2", "sinusoidal": "C3", "nope": "C4", "t5": "C5",
-                  "kerple": "C6"}
-
-
-def short_label(point: Point) -> str:
-    """A configuration's name shortened for a crowded plot: 'rope 100', 'xpos γ0.1', 'alibi ×0.25 +B'."""
-    name = (point.setting.replace("rope base ", "rope ").replace("alibi slopes x", "alibi ×")
-            .replace("xpos B 64, gamma ", "xpos γ").replace("xpos B ", "xpos B").replace("sinusoidal", "sin")
-            .replace("kerple log", "kerple").replace("t5 bias", "t5"))
-    return name + (" +B" if point.bca else "")
-
-
-def place_labels(ax: Axes, xy: list[tuple[float, float]], labels: list[str], colours: list[str],
-                 fontsize: float = MIN_FONT) -> list[Text]:
-    """Annotate each point of ``xy`` (data coordinates) with its label, trying offsets around it in
-    turn and keeping the first whose text box overlaps no label placed before and no point; where
-    none is free, the offset with the least overlap. Returns the Text objects."""
-    fig = ax.figure
-    renderer = fig.canvas.get_renderer()
-    points = ax.transData.transform(np.asarray(xy, dtype=float))  # (n, 2) display pixels
-    r = fontsize * fig.dpi / 72 * 0.5  # a marker's half-size, in pixels
-    taken = [(x - r, y - r, x + r, y + r) for x, y in points]
-    offsets = [(4, 3), (4, -12), (-4, 3), (-4, -12), (4, 10), (4, -20), (-4, 10), (-4, -20), (0, 16), (0, -26)]
-
-    def overlap(a, b):
-        return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-
-    texts = []
-    for (x, y), label, colour in zip(xy, labels, colours):
-        best = None
-        for dx, dy in offsets:
-            text = ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
-                               color=colour, ha="left" if dx >= 0 else "right")
-            box = text.get_window_extent(renderer)
-            box = (box.x0, box.y0, box.x1, box.y1)
-            cost = sum(overlap(box, other) for other in taken)
-            if best is None or cost < best[0]:
-                if best is not None:
-                    best[1].remove()
-                best = (cost, text, box)
-            else:
-                text.remove()
-            if cost == 0:
-                break
-        taken.append(best[2])
-        texts.append(best[1])
-    return texts
-
-
-def _family_legend(ax, points, loc="upper left"):
-    from matplotlib.lines import Line2D
-
-    families = [f for f in FAMILY_COLOURS if any(p.family == f for p in points)]
-    handles = [Line2D([], [], marker="o", linestyle="", color=FAMILY_COLOURS[f], label=f) for f in families]
-    handles.append(Line2D([], [], marker="o", linestyle="", color="gray", mfc="white", label="with BCA (+B)"))
-    ax.legend(handles=handles, loc=loc, fontsize=MIN_FONT, framealpha=0.9)
-
-
-def rank_rank_figure(points: list[Point], predictor: str, outcome: str, title: str = "") -> Figure:
-    """Rank of ``outcome`` against rank of ``predictor`` (1 = smallest, ties averaged), one labelled
-    point per configuration (analysis.Point): the picture of Spearman's ρ, which only sees ranks, so
-    no outlier squeezes the rest. Colour: family; hollow: evaluated with BCA."""
-    from .analysis import column
-    from .stats import average_ranks, spearman
-
-    x, y = column(points, predictor), column(points, outcome)
-    rx, ry = average_ranks(x), average_ranks(y)
-    fig, ax = plt.subplots(figsize=(DISPLAY_WIDTH, 7.0))
-    colours = [FAMILY_COLOURS.get(p.family, "C7") for p in points]
-    for p, a, b, c in zip(points, rx, ry, colours):
-        ax.plot(a, b, "o", ms=6, color=c, mfc="white" if p.bca else c)
-    n = len(points)
-    ax.set(xlim=(0, n + 4), ylim=(0, n + 2), xlabel=f"rank of {predictor} (1 = lowest)",
-           ylabel=f"rank of {outcome} (1 = smallest rise)")
-    fig.canvas.draw()
-    place_labels(ax, list(zip(rx, ry)), [short_label(p) for p in points], colours)
-    _family_legend(ax, points, loc="upper right")
-    ax.set_title(title or f"Spearman ρ = {spearman(x, y):+.2f} over n = {n} configurations", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def family_scatter(points: list[Point], predictor: str, outcome: str, ax: Axes | None = None) -> Axes:
-    """Seed means of ``outcome`` (log scale) against ``predictor`` (log scale), one point per
-    configuration with its seed range as error bars; colour: family, hollow: with BCA."""
-    from matplotlib.ticker import FuncFormatter
-
-    from .analysis import column
-
-    ax = plt.gca() if ax is None else ax
-    column(points, predictor), column(points, outcome)  # clear errors for missing columns
-    for p in points:
-        colour = FAMILY_COLOURS.get(p.family, "C7")
-        ys = list(p.per_seed.get(outcome, {}).values()) or [p.values[outcome]]
-        xs = list(p.per_seed.get(predictor, {}).values()) or [p.values[predictor]]
-        x, y = p.values[predictor], p.values[outcome]
-        ax.errorbar(x, y, xerr=[[x - min(xs)], [max(xs) - x]], yerr=[[y - min(ys)], [max(ys) - y]], fmt="o", ms=5,
-                    color=colour, mfc="white" if p.bca else colour, elinewidth=0.7)
-    ax.set(xscale="log", yscale="log", xlabel=f"{predictor} (log scale)", ylabel=f"{outcome} (log scale)")
-    plain = FuncFormatter(lambda value, _: f"{value:g}")
-    ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(plain)
-    ax.axhline(1.0, color="gray", lw=0.7, ls=":")
-    _family_legend(ax, points)
-    return ax
-
-
-def copy_curve_figure(curves: dict, points_meta: dict, train_len: int, bca: bool = False) -> Figure:
-    """The copy probe's gain against the gap g (the two copies S + g apart), one line per setting (seed
-    mean over the runs in ``curves``), coloured by family; L and 2L marked on the distance axis.
-    ``curves``: (run, bca) -> probe.CopyCurve; ``points_meta``: run -> (setting, family)."""
-    by_setting: dict[str, list] = {}
-    for (run, flag), curve in curves.items():
-        if flag == bca and run in points_meta:
-            by_setting.setdefault(points_meta[run], []).append(curve)
-    fig, ax = plt.subplots(figsize=(DISPLAY_WIDTH, 4.2))
-    for (setting, family), group in sorted(by_setting.items()):
-        gaps = np.array(group[0].gaps)
-        gain = np.mean([c.gains().mean(1).numpy() for c in group], axis=0)
-        ax.plot(gaps, gain, marker=".", lw=1, color=FAMILY_COLOURS.get(family, "C7"), alpha=0.8)
-    for multiple, label in ((1, "L"), (2, "2L")):
-        ax.axvline(multiple * train_len, color="0.5", ls=":", lw=1)
-        ax.text(multiple * train_len, 0.98, f" g = {label}", transform=ax.get_xaxis_transform(), va="top",
-                fontsize=MIN_FONT, color="0.3")
-    ax.axhline(0, color="0.5", lw=0.7)
-    families = sorted({f for _, f in by_setting})
-    from matplotlib.lines import Line2D
-
-    ax.legend(handles=[Line2D([], [], color=FAMILY_COLOURS.get(f, "C7"), label=f) for f in families],
-              fontsize=MIN_FONT, loc="upper right")
-    ax.set(xlabel="gap g between the copies (tokens); the window is [span][gap][span], T = 2·32 + g",
-           ylabel="copy gain (nats a byte)",
-           title=("with BCA" if bca else "causal mask") + ": what the first copy is worth, one line per setting")
-    ax.title.set_fontsize(10)
-    fig.tight_layout()
-    return fig

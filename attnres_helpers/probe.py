@@ -51,12 +51,15 @@ class CopyProbes:
         if isinstance(gap, bool) or not isinstance(gap, (int, np.integer)) or not 0 <= gap <= self.gap_text.shape[1]:
             raise ValueError(f"gap must be an integer in [0, {self.gap_text.shape[1]}], got {gap!r}")
         middle = self.gap_text[:, :gap]
-        return (torch.cat([self.spans, middle, self.spans], dim=1),
-                torch.cat([self.controls, middle, self.spans], dim=1))
+        return (
+            torch.cat([self.spans, middle, self.spans], dim=1),
+            torch.cat([self.controls, middle, self.spans], dim=1),
+        )
 
 
-def copy_probes(tokens: torch.Tensor, span: int = SPAN, max_gap: int = 448, n_probes: int = N_PROBES,
-                rng: int = 0) -> CopyProbes:
+def copy_probes(
+    tokens: torch.Tensor, span: int = SPAN, max_gap: int = 448, n_probes: int = N_PROBES, rng: int = 0
+) -> CopyProbes:
     """Probes from disjoint blocks of ``tokens`` (the held-out split): the held-out text is cut into
     blocks of max(span, max_gap) tokens, and 3·n_probes distinct blocks are drawn by
     ``numpy.random.default_rng(rng)``: the first n give the spans, the next n the control spans (each
@@ -67,11 +70,15 @@ def copy_probes(tokens: torch.Tensor, span: int = SPAN, max_gap: int = 448, n_pr
     block = max(span, max_gap)
     n_blocks = len(tokens) // block
     if n_blocks < 3 * n_probes:
-        raise ValueError(f"{len(tokens)} tokens hold {n_blocks} blocks of {block}, fewer than the {3 * n_probes} "
-                         f"that {n_probes} probes need")
+        raise ValueError(
+            f"{len(tokens)} tokens hold {n_blocks} blocks of {block}, fewer than the {3 * n_probes} "
+            f"that {n_probes} probes need"
+        )
     picks = np.random.default_rng(rng).choice(n_blocks, size=3 * n_probes, replace=False)
     blocks = tokens[: n_blocks * block].view(n_blocks, block).long()[torch.from_numpy(picks)]  # (3n, block)
-    return CopyProbes(blocks[:n_probes, :span], blocks[n_probes : 2 * n_probes, :span], blocks[2 * n_probes :, :max_gap])
+    return CopyProbes(
+        blocks[:n_probes, :span], blocks[n_probes : 2 * n_probes, :span], blocks[2 * n_probes :, :max_gap]
+    )
 
 
 @torch.no_grad()

@@ -32,12 +32,19 @@ def length_rows(profiles: list[Profile], boundary: Boundary = "zero") -> list[di
     for (T, bca), p in sorted(by_length(profiles).items()):
         L = p.meta["train_len"]
         with_sink, free = p.layer_resolutions(boundary=boundary), p.layer_resolutions(boundary=boundary, sink=False)
-        rows.append({"T": T, "mask": "BCA" if bca else "causal", "windows": p.meta["windows"][str(T)],
-                     "R": float(with_sink.mean()), "R sink-free": float(free.mean()),
-                     "sink share": 1 - float(free.mean()) / float(with_sink.mean()),
-                     "max p(T−1)": float(last_distance_weights(p).max()),
-                     "NLL < L": float(p.nll[:L].mean()),
-                     "NLL ≥ L": float(p.nll[L:].mean()) if T > L else None})
+        rows.append(
+            {
+                "T": T,
+                "mask": "BCA" if bca else "causal",
+                "windows": p.meta["windows"][str(T)],
+                "R": float(with_sink.mean()),
+                "R sink-free": float(free.mean()),
+                "sink share": 1 - float(free.mean()) / float(with_sink.mean()),
+                "max p(T−1)": float(last_distance_weights(p).max()),
+                "NLL < L": float(p.nll[:L].mean()),
+                "NLL ≥ L": float(p.nll[L:].mean()) if T > L else None,
+            }
+        )
     return rows
 
 
@@ -72,8 +79,12 @@ def resolution_length_figure(profiles: list[Profile], lengths: list[int], layers
         ax.plot(lengths, per.mean(1), color="black", lw=2.5, marker="o", label="layer mean", zorder=3)
         ax.axvline(L, color="0.4", ls=":", lw=1)
         ax.text(L, 0.02, " L", color="0.3", fontsize=9, va="bottom", transform=ax.get_xaxis_transform())
-        ax.set(xscale="log", yscale="log", xlabel="evaluation length T (tokens)",
-               title="with the first-token sink" if sink else "without the sink (entries (n, 0) removed)")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="evaluation length T (tokens)",
+            title="with the first-token sink" if sink else "without the sink (entries (n, 0) removed)",
+        )
         ax.set_xticks(lengths, [f"{T}" for T in lengths], fontsize=8)
         ax.minorticks_off()
     axes[0].set_ylabel("R (mean-scores, boundary zero)")
@@ -94,9 +105,14 @@ def last_distance_figure(profiles: list[Profile], layer: int, lengths: list[int]
         ax.plot(np.arange(1, T + 1), p, color=colour, lw=1, label=f"T = {T}")
         ax.plot([T], [p[-1]], marker="*", ms=12, color=colour, markeredgecolor="black", zorder=3)
         ax.hlines(1 / T, 1, T, colors=colour, linestyles=":", lw=0.8)
-    ax.set(xscale="log", yscale="log", xlabel="distance n + 1 (log axis)", ylabel="softmax weight p_n",
-           title=f"layer {layer}: the star is n = T − 1, a diagonal of one entry (the last query on key 0); "
-                 "dotted: 1/T", ylim=(1e-12, 2))
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="distance n + 1 (log axis)",
+        ylabel="softmax weight p_n",
+        title=f"layer {layer}: the star is n = T − 1, a diagonal of one entry (the last query on key 0); dotted: 1/T",
+        ylim=(1e-12, 2),
+    )
     ax.title.set_fontsize(9)
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
@@ -117,8 +133,11 @@ def position_nll_figure(profiles: list[Profile], T: int, window: int = 256) -> F
         ax.plot(np.arange(len(smooth)) + window // 2, smooth, ls=style, lw=1.3, label="BCA" if bca else "causal")
     ax.axvline(L, color="0.4", ls=":", lw=1)
     ax.text(L, ax.get_ylim()[1], " L (its context)", va="top", fontsize=9, color="0.3")
-    ax.set(xlabel="position in the window", ylabel=f"NLL (nats a token), running mean of {window}",
-           title=f"the same {of[(T, False)].meta['windows'][str(T)]} windows of T = {T} tokens")
+    ax.set(
+        xlabel="position in the window",
+        ylabel=f"NLL (nats a token), running mean of {window}",
+        title=f"the same {of[(T, False)].meta['windows'][str(T)]} windows of T = {T} tokens",
+    )
     ax.legend(fontsize=9)
     fig.tight_layout()
     return fig
@@ -131,8 +150,15 @@ def sink_score_rows(profiles: list[Profile], layer: int, lengths: list[int], far
     rows = []
     for T in lengths:
         s = mean_over_heads(of[(T, False)].s_hat.double())[layer]
-        rows.append({"T": T, "ŝ[T−1]": float(s[-1]), f"ŝ[T−{far}]": float(s[-far]),
-                     "gap (nats)": float(s[-1] - s[-far]), "p(T−1)": float(torch.softmax(s, -1)[-1])})
+        rows.append(
+            {
+                "T": T,
+                "ŝ[T−1]": float(s[-1]),
+                f"ŝ[T−{far}]": float(s[-far]),
+                "gap (nats)": float(s[-1] - s[-far]),
+                "p(T−1)": float(torch.softmax(s, -1)[-1]),
+            }
+        )
     return rows
 
 

@@ -1,6 +1,7 @@
 """Generic rank statistics, and the design-time R of a trained model's encoding.
 
-- Spearman's ρ with ties at average ranks (:func:`average_ranks`, :func:`spearman`).
+- Spearman's ρ with ties at average ranks (:func:`average_ranks`, :func:`spearman`), from
+  ``scipy.stats`` (``rankdata``, ``spearmanr``) with this project's input checks.
 - A cluster bootstrap over trained settings (:func:`cluster_bootstrap_spearmans`): every cluster,
   with all its points, is drawn with replacement, and the draws are shared between predictors, so
   a difference of two ρ's is resampled as one statistic; :func:`percentile_interval` turns the
@@ -11,8 +12,11 @@
 - :func:`design_resolution`: the design-time (R(L), R(2L)) of a trained model's encoding, from its
   ModelConfig (:func:`design_params`).
 
-Parameter names follow scipy.stats (``n_resamples``, ``confidence_level``, ``rng``); everything is
-numpy. The family analysis of notebook 05 itself lives in :mod:`attnres_helpers.analysis`.
+Parameter names follow scipy.stats (``n_resamples``, ``confidence_level``, ``rng``). What scipy lacks
+is written here on its ranks: the cluster bootstrap over settings (``scipy.stats.bootstrap`` resamples
+points, not clusters) and the permutation within strata (``scipy.stats.permutation_test`` permutes
+all points); the permutation test keeps one definition for both, with and without strata. The family
+analysis of notebook 05 itself lives in :mod:`attnres_helpers.analysis`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.stats import rankdata, spearmanr
 
 from .encodings import resolution_pair
 from .metric import Boundary, HeadMode
@@ -34,23 +39,10 @@ DESIGN_NAMES = {"t5": "nope", "kerple": "kerple-log"}
 
 
 def average_ranks(x) -> np.ndarray:
-    """1-based ranks along the last axis, tied values sharing the mean of the ranks they span:
-    rank_i = #{j : x_j < x_i} + (#{j : x_j = x_i} + 1) / 2. E.g. [10, 20, 20, 5] -> [2, 3.5, 3.5, 1]."""
-    x = np.asarray(x, dtype=np.float64)
-    below = (x[..., None, :] < x[..., :, None]).sum(axis=-1)  # (..., n): for each i, how many x_j < x_i
-    tied = (x[..., None, :] == x[..., :, None]).sum(axis=-1)  # (..., n): how many x_j = x_i, i itself included
-    return below + (tied + 1) / 2
-
-
-def _rank_correlation(x, y):
-    """Spearman's ρ along the last axis: Pearson's r of the average ranks, (...) from (..., n);
-    NaN where either input is constant (callers check)."""
-    rx, ry = average_ranks(x), average_ranks(y)
-    rx = rx - rx.mean(axis=-1, keepdims=True)
-    ry = ry - ry.mean(axis=-1, keepdims=True)
-    spread = np.sqrt((rx**2).sum(axis=-1) * (ry**2).sum(axis=-1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.clip((rx * ry).sum(axis=-1) / spread, -1.0, 1.0)
+    """1-based ranks along the last axis, tied values sharing the mean of the ranks they span
+    (``scipy.stats.rankdata``, method "average"): rank_i = #{j : x_j < x_i} + (#{j : x_j = x_i} + 1) / 2.
+    E.g. [10, 20, 20, 5] -> [2, 3.5, 3.5, 1]."""
+    return rankdata(np.asarray(x, dtype=np.float64), axis=-1)
 
 
 def spearman(x, y) -> float:
@@ -73,7 +65,7 @@ def spearman(x, y) -> float:
             raise ValueError(f"{name} holds non-finite values (NaN or inf): {values}")
         if np.all(values == values[0]):
             raise ValueError(f"{name} is constant, so its ranks carry no order and Spearman's ρ is undefined")
-    return float(_rank_correlation(x, y))
+    return float(np.clip(spearmanr(x, y).statistic, -1.0, 1.0))
 
 
 # --------------------------------------------------------------------------- design-time R
@@ -108,8 +100,14 @@ def design_params(encoding: str, model: dict) -> dict:
     raise ValueError(f"no design-time curve for encoding {encoding!r}; known: {', '.join(FAMILIES)}")
 
 
-def design_resolution(encoding: str, model: dict, L: int, bca: bool = False, head_mode: HeadMode = "mean-scores",
-                      boundary: Boundary = "zero") -> tuple[float, float]:
+def design_resolution(
+    encoding: str,
+    model: dict,
+    L: int,
+    bca: bool = False,
+    head_mode: HeadMode = "mean-scores",
+    boundary: Boundary = "zero",
+) -> tuple[float, float]:
     """Design-time (R(L), R(2L)) of a trained model's encoding (:func:`design_params`).
 
     With BCA no query sees a key L or more positions back (blocks of L/2), so the 2L profile is
@@ -118,7 +116,6 @@ def design_resolution(encoding: str, model: dict, L: int, bca: bool = False, hea
     name = DESIGN_NAMES.get(encoding, encoding)
     r_L, r_2L = resolution_pair(name, L, head_mode, boundary, **design_params(encoding, model))
     return (r_L, r_L) if bca else (r_L, r_2L)
-
 
 
 # --------------------------------------------------------------------------- cluster bootstrap, permutation, partial ρ
@@ -133,9 +130,11 @@ def _check_resampling(n_resamples, rng, confidence_level=None) -> np.random.Gene
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
     if n_resamples > MAX_RESAMPLES:
         raise ValueError(f"n_resamples must be at most {MAX_RESAMPLES:,} (the plan uses 10,000), got {n_resamples:,}")
-    if confidence_level is not None and not (isinstance(confidence_level, (int, float, np.floating))
-                                             and not isinstance(confidence_level, bool)
-                                             and 0 < confidence_level < 1):
+    if confidence_level is not None and not (
+        isinstance(confidence_level, (int, float, np.floating))
+        and not isinstance(confidence_level, bool)
+        and 0 < confidence_level < 1
+    ):
         raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level!r}")
     if isinstance(rng, np.random.Generator):
         return rng
@@ -162,8 +161,9 @@ def _weighted_rank_correlation(x: np.ndarray, y: np.ndarray, counts: np.ndarray)
 
     rx, ry = centred(ranks(x)), centred(ranks(y))
     present = m > 0
-    constant = ((np.where(present, x, -np.inf).max(axis=1) == np.where(present, x, np.inf).min(axis=1))
-                | (np.where(present, y, -np.inf).max(axis=1) == np.where(present, y, np.inf).min(axis=1)))
+    constant = (np.where(present, x, -np.inf).max(axis=1) == np.where(present, x, np.inf).min(axis=1)) | (
+        np.where(present, y, -np.inf).max(axis=1) == np.where(present, y, np.inf).min(axis=1)
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
         rho = (m * rx * ry).sum(axis=1) / np.sqrt((m * rx**2).sum(axis=1) * (m * ry**2).sum(axis=1))
     rho = np.clip(rho, -1.0, 1.0)
@@ -175,8 +175,9 @@ def _cluster_index(x, clusters) -> tuple[np.ndarray, int]:
     """Each point's cluster number (0..k−1, in np.unique's order) and k; clear errors for bad labels."""
     labels = np.asarray(clusters)
     if labels.ndim != 1 or len(labels) != len(x):
-        raise ValueError(f"clusters must give one label per point: {len(x)} points but clusters has shape "
-                         f"{labels.shape}")
+        raise ValueError(
+            f"clusters must give one label per point: {len(x)} points but clusters has shape {labels.shape}"
+        )
     try:
         _, index = np.unique(labels, return_inverse=True)
     except TypeError as err:
@@ -207,11 +208,11 @@ def cluster_bootstrap_spearmans(xs, y, clusters, n_resamples: int = 10000, rng=0
     rhos = np.empty((n_resamples, len(xs)))
     chunk = max(1, 2_000_000 // (len(y) + k))
     for start in range(0, n_resamples, chunk):
-        block = drawn[start:start + chunk]  # (b, k)
+        block = drawn[start : start + chunk]  # (b, k)
         per_cluster = np.zeros((len(block), k), dtype=np.int64)
         np.add.at(per_cluster, (np.arange(len(block))[:, None], block), 1)  # times each cluster drawn
         for j, x in enumerate(xs):
-            rhos[start:start + chunk, j] = _weighted_rank_correlation(x, y, per_cluster[:, index])  # (b, n) counts
+            rhos[start : start + chunk, j] = _weighted_rank_correlation(x, y, per_cluster[:, index])  # (b, n) counts
     return rhos
 
 
@@ -221,14 +222,17 @@ def percentile_interval(replicates, confidence_level: float = 0.95, what: str = 
     replicates = np.asarray(replicates, dtype=np.float64)
     kept = replicates[~np.isnan(replicates)]
     if len(kept) < len(replicates) / 2:
-        raise ValueError(f"in {len(replicates) - len(kept)} of {len(replicates)} cluster-bootstrap resamples x or y "
-                         f"is constant, so {what} is undefined in more than half of them; too few clusters vary")
+        raise ValueError(
+            f"in {len(replicates) - len(kept)} of {len(replicates)} cluster-bootstrap resamples x or y "
+            f"is constant, so {what} is undefined in more than half of them; too few clusters vary"
+        )
     low, high = np.percentile(kept, [50 * (1 - confidence_level), 50 * (1 + confidence_level)])
     return float(low), float(high)
 
 
-def spearman_cluster_bootstrap(x, y, clusters, n_resamples: int = 10000, confidence_level: float = 0.95,
-                               rng=0) -> tuple[float, float, float]:
+def spearman_cluster_bootstrap(
+    x, y, clusters, n_resamples: int = 10000, confidence_level: float = 0.95, rng=0
+) -> tuple[float, float, float]:
     """Spearman's ρ of x and y (:func:`spearman`) and a cluster-bootstrap percentile interval:
     ``(rho, low, high)``.
 
@@ -296,8 +300,10 @@ def partial_spearman(x, y, z) -> float:
     r_xy, r_xz, r_yz = spearman(x, y), spearman(x, z), spearman(y, z)
     denominator = (1 - r_xz**2) * (1 - r_yz**2)
     if denominator <= 1e-12:
-        raise ValueError(f"the partial rank correlation is undefined: x or y is a monotone function of z "
-                         f"(ρ(x, z) = {r_xz:.6g}, ρ(y, z) = {r_yz:.6g})")
+        raise ValueError(
+            f"the partial rank correlation is undefined: x or y is a monotone function of z "
+            f"(ρ(x, z) = {r_xz:.6g}, ρ(y, z) = {r_yz:.6g})"
+        )
     return float(np.clip((r_xy - r_xz * r_yz) / math.sqrt(denominator), -1.0, 1.0))
 
 
@@ -309,8 +315,7 @@ def group_mean_baseline(outcome, groups) -> np.ndarray:
     if y.ndim != 1 or len(y) == 0:
         raise ValueError(f"outcome must be a non-empty 1-D array, got shape {y.shape}")
     if labels.ndim != 1 or len(labels) != len(y):
-        raise ValueError(f"groups must give one label per point: {len(y)} outcomes but groups has shape "
-                         f"{labels.shape}")
+        raise ValueError(f"groups must give one label per point: {len(y)} outcomes but groups has shape {labels.shape}")
     if not np.isfinite(y).all():
         raise ValueError(f"outcome holds non-finite values (NaN or inf): {y}")
     try:

@@ -2,7 +2,8 @@
 
 For every run (a trained model) and every (eval_len, bca) it was measured at, a store holds
 
-- ``s_hat (layers, H, T)``, float32 (float16 in the large stores): the §4.3 estimator of every layer and head (Sun et al. 2022, Eq. 11);
+- ``s_hat (layers, H, T)``, float32 (float16 or int16 codes in the large stores): the §4.3 estimator
+  of every layer and head (Sun et al. 2022, Eq. 11);
 - ``nll (T,)``, float64: the mean next-token negative log-likelihood at each position of the same windows;
 - ``key0 (layers, H, T)``, optional (stores written since the sink was added): the mean score of each
   query on key 0, so that ŝ without the first-token sink (:func:`attnres_helpers.metric.sink_free_scores`)
@@ -32,14 +33,35 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from .files import save_safetensors
-from .metric import BOUNDARIES, HEAD_MODES, Boundary, diagonal_counts, layer_resolution, mean_over_heads, sink_free_scores
+from .metric import (
+    BOUNDARIES,
+    HEAD_MODES,
+    Boundary,
+    diagonal_counts,
+    layer_resolution,
+    mean_over_heads,
+    sink_free_scores,
+)
 from .probe import OUTCOME_MULTIPLE, WITHIN_MULTIPLE, CopyCurve
 
 HEADER_KEY = "attnres"
 RUN_KEYS = ("encoding", "seed", "train_len")  # every run's metadata has at least these
 # keys a record computes itself, which run metadata may not hold (they would be silently overwritten)
-RECORD_KEYS = ("run", "eval_len", "bca", "head_mode", "boundary", "layer", "resolution", "resolution_sink_free",
-               "perplexity", "perplexity_first_L", "perplexity_past_L", "copy_gain_within_L", "copy_gain_past_L")
+RECORD_KEYS = (
+    "run",
+    "eval_len",
+    "bca",
+    "head_mode",
+    "boundary",
+    "layer",
+    "resolution",
+    "resolution_sink_free",
+    "perplexity",
+    "perplexity_first_L",
+    "perplexity_past_L",
+    "copy_gain_within_L",
+    "copy_gain_past_L",
+)
 MAX_EVAL_LEN = 1 << 20
 MAX_LOG_PERPLEXITY = 709.0  # exp() of more overflows float64: the perplexity is then reported as inf
 
@@ -75,17 +97,23 @@ class Profile:
             if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_EVAL_LEN:
                 raise ValueError(f"run {self.run!r}: {name} must be an integer in [2, {MAX_EVAL_LEN}], got {value!r}")
         if self.s_hat.ndim != 3 or self.s_hat.shape[-1] != T or self.nll.shape != (T,):
-            raise ValueError(f"run {self.run!r} at eval_len {T}: s_hat must be (layers, H, {T}) and nll ({T},), "
-                             f"got {tuple(self.s_hat.shape)} and {tuple(self.nll.shape)}")
+            raise ValueError(
+                f"run {self.run!r} at eval_len {T}: s_hat must be (layers, H, {T}) and nll ({T},), "
+                f"got {tuple(self.s_hat.shape)} and {tuple(self.nll.shape)}"
+            )
         if self.key0 is not None and self.key0.shape != self.s_hat.shape:
-            raise ValueError(f"run {self.run!r} at eval_len {T}: key0 must have s_hat's shape {tuple(self.s_hat.shape)}, "
-                             f"got {tuple(self.key0.shape)}")
+            raise ValueError(
+                f"run {self.run!r} at eval_len {T}: key0 must have s_hat's shape {tuple(self.s_hat.shape)}, "
+                f"got {tuple(self.key0.shape)}"
+            )
         for name, t in (("s_hat", self.s_hat), ("key0", self.key0)):
             if t is not None and (torch.isnan(t).any() or torch.isposinf(t).any()):
                 raise ValueError(f"run {self.run!r} at eval_len {T}: {name} has NaN or +inf")
         if not torch.isfinite(self.nll).all() or (self.nll < 0).any():
-            raise ValueError(f"run {self.run!r} at eval_len {T}: nll must be finite and >= 0 (a negative "
-                             "log-likelihood of a probability)")
+            raise ValueError(
+                f"run {self.run!r} at eval_len {T}: nll must be finite and >= 0 (a negative "
+                "log-likelihood of a probability)"
+            )
 
     @property
     def key(self) -> str:
@@ -101,8 +129,9 @@ class Profile:
         """BCA's block (L/2) for a BCA profile, None under the full causal mask."""
         return self.meta["train_len"] // 2 if self.bca else None
 
-    def layer_resolutions(self, head_mode: str = "mean-scores", boundary: Boundary = "zero", temperature: float = 1.0,
-                          sink: bool = True) -> torch.Tensor | None:
+    def layer_resolutions(
+        self, head_mode: str = "mean-scores", boundary: Boundary = "zero", temperature: float = 1.0, sink: bool = True
+    ) -> torch.Tensor | None:
         """R of every layer, ``(layers,)`` float64: the one place R is computed from a stored ŝ.
         ``sink=False``: of ŝ without the first-token entries (None when the store has no key0).
         Mean-R of a profile whose heads were averaged at measurement is refused."""
@@ -128,13 +157,27 @@ def average_heads(profiles: list[Profile], lengths=None) -> list[Profile]:
     def mean(t):
         return None if t is None else mean_over_heads(t.double()).float()[:, None, :]
 
-    return [Profile(p.run, {**p.meta, "heads_averaged": averaged}, p.eval_len, p.bca,
-                    mean(p.s_hat) if p.eval_len in averaged else p.s_hat, p.nll,
-                    mean(p.key0) if p.eval_len in averaged else p.key0) for p in profiles]
+    return [
+        Profile(
+            p.run,
+            {**p.meta, "heads_averaged": averaged},
+            p.eval_len,
+            p.bca,
+            mean(p.s_hat) if p.eval_len in averaged else p.s_hat,
+            p.nll,
+            mean(p.key0) if p.eval_len in averaged else p.key0,
+        )
+        for p in profiles
+    ]
 
 
-def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None = None,
-                  dtype: torch.dtype = torch.float32, curves: dict[tuple[str, bool], CopyCurve] | None = None) -> None:
+def save_profiles(
+    path: str | Path,
+    profiles: list[Profile],
+    about: dict | None = None,
+    dtype: torch.dtype = torch.float32,
+    curves: dict[tuple[str, bool], CopyCurve] | None = None,
+) -> None:
     """Write ``profiles`` to one safetensors file, atomically. ``about`` (how the data were made:
     command, training and measuring settings) goes into the header beside each run's metadata.
     ``dtype`` is float32; float16; or int16, a fixed-point code per row (:func:`quantize`: each
@@ -166,8 +209,10 @@ def save_profiles(path: str | Path, profiles: list[Profile], about: dict | None 
                 continue
             stored = t.detach().to("cpu", dtype).contiguous()
             if torch.isposinf(stored).any() or (torch.isneginf(stored) & torch.isfinite(t.cpu())).any():
-                raise ValueError(f"{p.key}: {name} has values beyond {dtype}'s range (|x| > "
-                                 f"{torch.finfo(dtype).max:g}); store it as float32 or int16")
+                raise ValueError(
+                    f"{p.key}: {name} has values beyond {dtype}'s range (|x| > "
+                    f"{torch.finfo(dtype).max:g}); store it as float32 or int16"
+                )
             tensors[f"{p.key}/{name}"] = stored
         tensors[p.key + "/nll"] = p.nll.detach().to("cpu", torch.float64).contiguous()
     header = json.dumps({"about": about or {}, "runs": runs}, allow_nan=False)
@@ -220,13 +265,19 @@ def load_curves(path: str | Path) -> dict[tuple[str, bool], CopyCurve]:
             run, kind, bca = prefix.split("/")
             try:
                 gaps = tuple(int(g) for g in f.get_tensor(name).tolist())
-                curve = CopyCurve(gaps, f.get_tensor(prefix + "/nll_copy").double(),
-                                  f.get_tensor(prefix + "/nll_control").double())
+                curve = CopyCurve(
+                    gaps, f.get_tensor(prefix + "/nll_copy").double(), f.get_tensor(prefix + "/nll_control").double()
+                )
             except SafetensorError as err:
                 raise ValueError(f"measurement store {path}: copy curve {prefix!r} is malformed ({err})") from err
-            if kind != "copy" or bca not in ("0", "1") or curve.nll_copy.shape != curve.nll_control.shape \
-                    or curve.nll_copy.shape[0] != len(gaps) or not torch.isfinite(curve.nll_copy).all() \
-                    or not torch.isfinite(curve.nll_control).all():
+            if (
+                kind != "copy"
+                or bca not in ("0", "1")
+                or curve.nll_copy.shape != curve.nll_control.shape
+                or curve.nll_copy.shape[0] != len(gaps)
+                or not torch.isfinite(curve.nll_copy).all()
+                or not torch.isfinite(curve.nll_control).all()
+            ):
                 raise ValueError(f"measurement store {path}: copy curve {prefix!r} is malformed")
             out[(run, bca == "1")] = curve
     return out
@@ -255,8 +306,17 @@ def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
             run, eval_len, bca = key.split("/")
             if bca not in ("0", "1"):
                 raise ValueError(f"the mask part must be 0 or 1, got {bca!r}")
-            profiles.append(Profile(run, runs[run], int(eval_len), bca == "1", _stored(tensors, name),
-                                    tensors[key + "/nll"].double(), _stored(tensors, key + "/key0")))
+            profiles.append(
+                Profile(
+                    run,
+                    runs[run],
+                    int(eval_len),
+                    bca == "1",
+                    _stored(tensors, name),
+                    tensors[key + "/nll"].double(),
+                    _stored(tensors, key + "/key0"),
+                )
+            )
         except (KeyError, ValueError, TypeError) as err:
             raise ValueError(f"measurement store {path}: entry {key!r} is malformed ({err})") from err
     if not profiles:
@@ -277,8 +337,11 @@ def perplexities(nll: torch.Tensor, train_len: int) -> dict:
         mean = float(span.mean())
         return math.exp(mean) if mean <= MAX_LOG_PERPLEXITY else math.inf
 
-    return {"perplexity": ppl(nll), "perplexity_first_L": ppl(nll[:train_len]),
-            "perplexity_past_L": ppl(nll[train_len:])}
+    return {
+        "perplexity": ppl(nll),
+        "perplexity_first_L": ppl(nll[:train_len]),
+        "perplexity_past_L": ppl(nll[train_len:]),
+    }
 
 
 def copy_gains(curve: CopyCurve | None, train_len: int) -> dict:
@@ -291,8 +354,13 @@ def copy_gains(curve: CopyCurve | None, train_len: int) -> dict:
     return out
 
 
-def records(profiles: list[Profile], boundary: Boundary = "zero", head_modes=HEAD_MODES,
-            temperature: float = 1.0, curves: dict[tuple[str, bool], CopyCurve] | None = None) -> list[dict]:
+def records(
+    profiles: list[Profile],
+    boundary: Boundary = "zero",
+    head_modes=HEAD_MODES,
+    temperature: float = 1.0,
+    curves: dict[tuple[str, bool], CopyCurve] | None = None,
+) -> list[dict]:
     """Tidy records, one per (profile, head_mode, layer), with ``layer`` an int, ``"mean"`` (every
     layer, as in Table 3) or ``"upper"`` (the layers above the first; absent for one-layer models).
 
@@ -319,9 +387,20 @@ def records(profiles: list[Profile], boundary: Boundary = "zero", head_modes=HEA
             free = p.layer_resolutions(head_mode, boundary, temperature, sink=False)
             per_layer_free = _by_layer(free) if free is not None else {layer: None for layer in per_layer}
             for layer, r in per_layer.items():
-                out.append({"run": p.run, **p.meta, "eval_len": p.eval_len, "bca": p.bca, "head_mode": head_mode,
-                            "boundary": boundary, "layer": layer, "resolution": r,
-                            "resolution_sink_free": per_layer_free[layer], **ppl})
+                out.append(
+                    {
+                        "run": p.run,
+                        **p.meta,
+                        "eval_len": p.eval_len,
+                        "bca": p.bca,
+                        "head_mode": head_mode,
+                        "boundary": boundary,
+                        "layer": layer,
+                        "resolution": r,
+                        "resolution_sink_free": per_layer_free[layer],
+                        **ppl,
+                    }
+                )
     return out
 
 

@@ -1,4 +1,4 @@
-"""Tables from measurement records: seed means ± spread, the paper's Table 3, the reversal checks.
+"""Tables from measurement records: seed means ± spread, the paper's Table 3, the sink's weight.
 
 Pure functions over the tidy records of :mod:`attnres_helpers.measure` (one dict per encoding,
 seed, train_len, eval_len, bca, head_mode, layer), shared by the tests and notebooks 03 and 04.
@@ -26,8 +26,9 @@ or the records of :func:`attnres_helpers.store.records`); :func:`truncated_profi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from html import escape
-from typing import Callable, Iterable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -51,28 +52,44 @@ RECORD_KEYS = ("encoding", "seed", "train_len", "eval_len", "bca", "head_mode", 
 RECORD_VALUES = ("resolution", "perplexity", "perplexity_past_L")
 
 # Column selections the notebooks print.
-PAIR_COLUMNS = ["encoding", "seeds", "paper R(L)", "R(L)", "paper R(2L)", "R(2L)", "paper R(2L)+BCA",
-                "R(2L)+BCA", "R(4L)"]
-PERPLEXITY_COLUMNS = ["encoding", "seeds", "ppl(L)", "ppl(2L) first L", "ppl(2L) past L", "ppl(4L) first L",
-                      "ppl(4L) past L"]
+PAIR_COLUMNS = [
+    "encoding",
+    "seeds",
+    "paper R(L)",
+    "R(L)",
+    "paper R(2L)",
+    "R(2L)",
+    "paper R(2L)+BCA",
+    "R(2L)+BCA",
+    "R(4L)",
+]
+PERPLEXITY_COLUMNS = [
+    "encoding",
+    "seeds",
+    "ppl(L)",
+    "ppl(2L) first L",
+    "ppl(2L) past L",
+    "ppl(4L) first L",
+    "ppl(4L) past L",
+]
 BCA_COLUMNS = ["encoding", "seeds", "R(L)", "R(2L)", "R(2L)+BCA", "BCA ×(2L)", "R(4L)", "R(4L)+BCA", "BCA ×(4L)"]
-BCA_PERPLEXITY_COLUMNS = ["encoding", "ppl(2L) past L", "ppl(2L) past L+BCA", "ppl(4L) past L",
-                          "ppl(4L) past L+BCA"]
+BCA_PERPLEXITY_COLUMNS = ["encoding", "ppl(2L) past L", "ppl(2L) past L+BCA", "ppl(4L) past L", "ppl(4L) past L+BCA"]
 NO_SINK = " no sink"  # suffix of the columns of R without the first-token entries (sink_free=True)
-PAIR_SINK_COLUMNS = ["encoding", "seeds", "paper R(L)", "R(L)", "R(L) no sink", "paper R(2L)", "R(2L)", "R(2L) no sink",
-                     "paper R(2L)+BCA", "R(2L)+BCA", "R(4L)", "R(4L) no sink"]
+PAIR_SINK_COLUMNS = [
+    "encoding",
+    "seeds",
+    "paper R(L)",
+    "R(L)",
+    "R(L) no sink",
+    "paper R(2L)",
+    "R(2L)",
+    "R(2L) no sink",
+    "paper R(2L)+BCA",
+    "R(2L)+BCA",
+    "R(4L)",
+    "R(4L) no sink",
+]
 TRUNCATION_COLUMNS = ["encoding", "seeds", "R(L)", "R(2L), distances < L", "R(2L)"]
-
-CHECK_DESCRIPTIONS = {
-    "rope_highest_at_L": "RoPE has the highest R(L) of RoPE, sinusoidal and ALiBi",
-    "rope_below_alibi_at_2L": "RoPE's R(2L) is below ALiBi's",
-    "rope_lowest_at_2L": "RoPE has the lowest R(2L) of RoPE, sinusoidal and ALiBi",
-    "alibi_level": f"ALiBi stays about level, |R(2L)/R(L) − 1| < {LEVEL_TOLERANCE}",
-    "bca_raises_rope": "BCA raises RoPE's R(2L)",
-    "bca_raises_xpos": "BCA raises xPos's R(2L)",
-    "rope_better_first_L": "2L windows, positions < L: RoPE's perplexity is below ALiBi's",
-    "rope_worse_past_L": "2L windows, positions ≥ L: RoPE's perplexity is above ALiBi's",
-}
 
 
 class Stat(NamedTuple):
@@ -85,7 +102,7 @@ class Stat(NamedTuple):
     seeds: tuple
 
     @classmethod
-    def of(cls, by_seed: dict[int, float]) -> "Stat":
+    def of(cls, by_seed: dict[int, float]) -> Stat:
         """The Stat of ``{seed: value}``."""
         if not by_seed:
             raise ValueError("a Stat needs at least one value")
@@ -96,14 +113,6 @@ class Stat(NamedTuple):
         if len(values) > 1:
             spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
         return cls(mean, spread, values, seeds)
-
-
-class Check(NamedTuple):
-    """A named qualitative finding: whether it holds on the seed means, and in how many seeds."""
-
-    holds: bool
-    seeds_holding: int
-    seeds: int
 
 
 def length_label(multiple: int) -> str:
@@ -132,8 +141,9 @@ def index_records(records: list[dict], head_mode: HeadMode, group: str = "encodi
     encoding_of: dict = {}  # record[group] -> its encoding: one each
     for r in records:
         if encoding_of.setdefault(r[group], r["encoding"]) != r["encoding"]:
-            raise ValueError(f"{group} {r[group]!r} has records of two encodings: "
-                             f"{encoding_of[r[group]]!r} and {r['encoding']!r}")
+            raise ValueError(
+                f"{group} {r[group]!r} has records of two encodings: {encoding_of[r[group]]!r} and {r['encoding']!r}"
+            )
         if r["head_mode"] != head_mode:
             continue
         if r["eval_len"] % r["train_len"]:
@@ -141,14 +151,14 @@ def index_records(records: list[dict], head_mode: HeadMode, group: str = "encodi
         key = (r[group], r["eval_len"] // r["train_len"], bool(r["bca"]), r["layer"])
         cell = index.setdefault(key, {})
         if r["seed"] in cell:
-            raise ValueError(f"two records for {({k: r[k] for k in (group, *RECORD_KEYS)})}")
+            raise ValueError(f"two records for { ({k: r[k] for k in (group, *RECORD_KEYS)}) }")
         cell[r["seed"]] = r
     if not index:
         raise ValueError(f"no records with head_mode {head_mode!r}")
     return index
 
 
-def _stat(cell: dict | None, value: str) -> Stat | None:
+def cell_stat(cell: dict | None, value: str) -> Stat | None:
     """Stat over seeds of ``value`` in a {seed: record} cell; None if absent or not measured."""
     if not cell or any(record.get(value) is None for record in cell.values()):
         return None
@@ -159,8 +169,9 @@ def _ordered(encodings: Iterable[str]) -> list[str]:
     return [e for e in ROW_ORDER if e in encodings] + sorted(set(encodings) - set(ROW_ORDER))
 
 
-def pair_table(records: list[dict], head_mode: HeadMode = "mean-scores", layer: str | int = "mean",
-               sink_free: bool = False) -> list[dict]:
+def pair_table(
+    records: list[dict], head_mode: HeadMode = "mean-scores", layer: str | int = "mean", sink_free: bool = False
+) -> list[dict]:
     """One row per encoding: R and perplexity at every measured length, with and without BCA, as
     seed means ± spread (R of ``layer``: "mean" as in Table 3, "upper", or an index), next to the
     paper's values where it has them (the paper's are layer means). ``sink_free=True`` adds, beside
@@ -176,13 +187,13 @@ def pair_table(records: list[dict], head_mode: HeadMode = "mean-scores", layer: 
             for bca in (False, True):
                 cell = index.get((encoding, k, bca, layer))
                 tag = "+BCA" if bca else ""
-                row[f"R({length_label(k)}){tag}"] = _stat(cell, "resolution")
+                row[f"R({length_label(k)}){tag}"] = cell_stat(cell, "resolution")
                 if sink_free:
-                    row[f"R({length_label(k)}){tag}{NO_SINK}"] = _stat(cell, "resolution_sink_free")
-                row[f"ppl({length_label(k)}){tag}"] = _stat(cell, "perplexity")
+                    row[f"R({length_label(k)}){tag}{NO_SINK}"] = cell_stat(cell, "resolution_sink_free")
+                row[f"ppl({length_label(k)}){tag}"] = cell_stat(cell, "perplexity")
                 if k > 1:
-                    row[f"ppl({length_label(k)}) first L{tag}"] = _stat(cell, "perplexity_first_L")
-                    row[f"ppl({length_label(k)}) past L{tag}"] = _stat(cell, "perplexity_past_L")
+                    row[f"ppl({length_label(k)}) first L{tag}"] = cell_stat(cell, "perplexity_first_L")
+                    row[f"ppl({length_label(k)}) past L{tag}"] = cell_stat(cell, "perplexity_past_L")
         for column, value in PAPER_TABLE3.get(encoding, {}).items():
             row[f"paper {column}"] = value
         rows.append(row)
@@ -208,13 +219,17 @@ def bca_table(records: list[dict], head_mode: HeadMode = "mean-scores", layer: s
     return rows
 
 
-def layer_table(records: list[dict], encoding: str, head_mode: HeadMode = "mean-scores",
-                sink_free: bool = False) -> list[dict]:
+def layer_table(
+    records: list[dict], encoding: str, head_mode: HeadMode = "mean-scores", sink_free: bool = False
+) -> list[dict]:
     """One row per layer of one encoding: ``{"layer": i, "R(L)": Stat, "R(2L)": Stat, ...}``; with
     ``sink_free=True`` also ``"R(L) no sink"``, ...: R of ŝ without the first-token entries."""
     index = index_records(records, head_mode)
-    cells = {(k, bca, layer): cell for (e, k, bca, layer), cell in index.items()
-             if e == encoding and layer not in ("mean", "upper")}
+    cells = {
+        (k, bca, layer): cell
+        for (e, k, bca, layer), cell in index.items()
+        if e == encoding and layer not in ("mean", "upper")
+    }
     if not cells:
         raise ValueError(f"no per-layer records for encoding {encoding!r}")
     rows = []
@@ -222,26 +237,39 @@ def layer_table(records: list[dict], encoding: str, head_mode: HeadMode = "mean-
         row = {"layer": layer}
         for k, bca in sorted({(k, bca) for k, bca, _ in cells}):
             column = f"R({length_label(k)}){'+BCA' if bca else ''}"
-            row[column] = _stat(cells.get((k, bca, layer)), "resolution")
+            row[column] = cell_stat(cells.get((k, bca, layer)), "resolution")
             if sink_free:
-                row[column + NO_SINK] = _stat(cells.get((k, bca, layer)), "resolution_sink_free")
+                row[column + NO_SINK] = cell_stat(cells.get((k, bca, layer)), "resolution_sink_free")
         rows.append(row)
     return rows
 
 
-def scores_profile(s_hat: np.ndarray | torch.Tensor, train_len: int, bca: bool = False,
-                   key0: np.ndarray | torch.Tensor | None = None, run: str = "scores") -> Profile:
+def scores_profile(
+    s_hat: np.ndarray | torch.Tensor,
+    train_len: int,
+    bca: bool = False,
+    key0: np.ndarray | torch.Tensor | None = None,
+    run: str = "scores",
+) -> Profile:
     """A store :class:`~attnres_helpers.store.Profile` around bare ŝ ``(layers, H, T)`` (numpy or torch;
     no NLL, so zeros), so that R of it is the store's query, :meth:`Profile.layer_resolutions`, the one
     place R is computed from ŝ. numpy input is taken as float64, torch input as it is."""
+
     def tensor(x):
         return x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x, dtype=np.float64))
 
     s, k0 = tensor(s_hat), None if key0 is None else tensor(key0)
     if s.ndim != 3:
         raise ValueError(f"s_hat must be (layers, H, T), got shape {tuple(s.shape)}")
-    return Profile(run, {"encoding": run, "seed": 0, "train_len": train_len}, s.shape[-1], bca, s,
-                   torch.zeros(s.shape[-1], dtype=torch.float64), k0)
+    return Profile(
+        run,
+        {"encoding": run, "seed": 0, "train_len": train_len},
+        s.shape[-1],
+        bca,
+        s,
+        torch.zeros(s.shape[-1], dtype=torch.float64),
+        k0,
+    )
 
 
 def truncated_profile(profile: Profile, n_distances: int) -> Profile:
@@ -255,8 +283,9 @@ def truncated_profile(profile: Profile, n_distances: int) -> Profile:
     meta = {k: v for k, v in profile.meta.items() if k != "heads_averaged"}
     if profile.heads_averaged:
         meta["heads_averaged"] = [n_distances]
-    return Profile(profile.run, meta, n_distances, profile.bca, profile.s_hat[..., :n_distances],
-                   profile.nll[:n_distances], None)
+    return Profile(
+        profile.run, meta, n_distances, profile.bca, profile.s_hat[..., :n_distances], profile.nll[:n_distances], None
+    )
 
 
 def select_layer(per_layer: torch.Tensor, layer: str | int = "mean") -> float:
@@ -280,15 +309,18 @@ def truncation_table(profiles: dict, train_len: int, head_mode: HeadMode = "mean
     rows = []
     for encoding, by_len in profiles.items():
         if set(by_len) != {train_len, 2 * train_len}:
-            raise ValueError(f"profiles[{encoding!r}] must hold eval lengths {train_len} and {2 * train_len}, "
-                             f"got {sorted(by_len)}")
+            raise ValueError(
+                f"profiles[{encoding!r}] must hold eval lengths {train_len} and {2 * train_len}, got {sorted(by_len)}"
+            )
         at_L, at_2L = (scores_profile(by_len[T], train_len) for T in (train_len, 2 * train_len))
-        rows.append({
-            "encoding": encoding,
-            "R(L)": select_layer(at_L.layer_resolutions(head_mode)),
-            "R(2L), distances < L": select_layer(truncated_profile(at_2L, train_len).layer_resolutions(head_mode)),
-            "R(2L)": select_layer(at_2L.layer_resolutions(head_mode)),
-        })
+        rows.append(
+            {
+                "encoding": encoding,
+                "R(L)": select_layer(at_L.layer_resolutions(head_mode)),
+                "R(2L), distances < L": select_layer(truncated_profile(at_2L, train_len).layer_resolutions(head_mode)),
+                "R(2L)": select_layer(at_2L.layer_resolutions(head_mode)),
+            }
+        )
     return rows
 
 
@@ -307,15 +339,15 @@ def _by_encoding_seed(profiles: list[Profile], multiples: tuple[int, ...] = (1, 
     for encoding, by_seed in out.items():
         for seed, by_k in by_seed.items():
             if set(by_k) != set(multiples):
-                raise ValueError(f"{encoding!r}, seed {seed}: profiles at {sorted(by_k)}·L, "
-                                 f"need {sorted(multiples)}·L")
+                raise ValueError(f"{encoding!r}, seed {seed}: profiles at {sorted(by_k)}·L, need {sorted(multiples)}·L")
     if not out:
         raise ValueError(f"no profiles at {sorted(multiples)}·L with bca={bca}")
     return out
 
 
-def truncation_rows(profiles: list[Profile], layer: str | int = "mean", head_mode: HeadMode = "mean-scores",
-                    boundary: Boundary = "zero") -> list[dict]:
+def truncation_rows(
+    profiles: list[Profile], layer: str | int = "mean", head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero"
+) -> list[dict]:
     """:func:`truncation_table` over seeds, from the store's profiles (causal mask): one row per encoding
     with Stats of R(L), R over the first L distances of the 2L profile, and R(2L), for ``layer``
     ("mean", "upper" or an index); columns :data:`TRUNCATION_COLUMNS`."""
@@ -324,22 +356,36 @@ def truncation_rows(profiles: list[Profile], layer: str | int = "mean", head_mod
     for encoding in _ordered(grouped):
         by_seed = grouped[encoding]
 
-        def stat(r: Callable[[dict], torch.Tensor]) -> Stat:
+        def stat(r: Callable[[dict], torch.Tensor], by_seed: dict = by_seed) -> Stat:
             return Stat.of({seed: select_layer(r(by_k), layer) for seed, by_k in by_seed.items()})
 
-        rows.append({
-            "encoding": encoding, "seeds": len(by_seed),
-            "R(L)": stat(lambda by_k: by_k[1].layer_resolutions(head_mode, boundary)),
-            "R(2L), distances < L": stat(lambda by_k: truncated_profile(by_k[2], by_k[2].meta["train_len"])
-                                         .layer_resolutions(head_mode, boundary)),
-            "R(2L)": stat(lambda by_k: by_k[2].layer_resolutions(head_mode, boundary)),
-        })
+        rows.append(
+            {
+                "encoding": encoding,
+                "seeds": len(by_seed),
+                "R(L)": stat(lambda by_k: by_k[1].layer_resolutions(head_mode, boundary)),
+                "R(2L), distances < L": stat(
+                    lambda by_k: truncated_profile(by_k[2], by_k[2].meta["train_len"]).layer_resolutions(
+                        head_mode, boundary
+                    )
+                ),
+                "R(2L)": stat(lambda by_k: by_k[2].layer_resolutions(head_mode, boundary)),
+            }
+        )
     return rows
 
 
-def resolution_stat(profiles: list[Profile], encoding: str, multiple: int = 1, layer: str | int = "mean",
-                    head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero", temperature: float = 1.0,
-                    bca: bool = False, sink: bool = True) -> Stat:
+def resolution_stat(
+    profiles: list[Profile],
+    encoding: str,
+    multiple: int = 1,
+    layer: str | int = "mean",
+    head_mode: HeadMode = "mean-scores",
+    boundary: Boundary = "zero",
+    temperature: float = 1.0,
+    bca: bool = False,
+    sink: bool = True,
+) -> Stat:
     """R of one encoding at ``multiple``·L over its seeds (a Stat), with every ŝ multiplied by
     ``temperature``: the store's query on each seed's profile, then ``layer`` selected."""
     by_seed = _by_encoding_seed(profiles, (multiple,), bca).get(encoding)
@@ -354,14 +400,23 @@ def resolution_stat(profiles: list[Profile], encoding: str, multiple: int = 1, l
     return Stat.of(values)
 
 
-def temperature_for(profiles: list[Profile], encoding: str, target: float, multiple: int = 1,
-                    layer: str | int = "mean", head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero",
-                    bounds: tuple[float, float] = (1.0, 1e4), rtol: float = 1e-9) -> float:
+def temperature_for(
+    profiles: list[Profile],
+    encoding: str,
+    target: float,
+    multiple: int = 1,
+    layer: str | int = "mean",
+    head_mode: HeadMode = "mean-scores",
+    boundary: Boundary = "zero",
+    bounds: tuple[float, float] = (1.0, 1e4),
+    rtol: float = 1e-9,
+) -> float:
     """The factor τ by which every ŝ of ``encoding`` has to be multiplied for the seed mean of its R at
     ``multiple``·L (layer selection ``layer``) to equal ``target``: bisection on log τ inside ``bounds``,
     until hi/lo < 1 + ``rtol``. The bounds must bracket the target (R at the lower one below it, at the
     upper one above it), else ValueError. R need not be monotonic in τ: this is a crossing, the one
     bisection finds, not necessarily the only one."""
+
     def r(tau: float) -> float:
         return resolution_stat(profiles, encoding, multiple, layer, head_mode, boundary, tau).mean
 
@@ -370,8 +425,10 @@ def temperature_for(profiles: list[Profile], encoding: str, target: float, multi
         raise ValueError(f"bounds must satisfy 0 < lo < hi, got {bounds}")
     r_lo, r_hi = r(lo), r(hi)
     if not r_lo < target < r_hi:
-        raise ValueError(f"{encoding!r}: R is {r_lo:.4g} at τ = {lo:g} and {r_hi:.4g} at τ = {hi:g}, which does not "
-                         f"bracket the target {target}")
+        raise ValueError(
+            f"{encoding!r}: R is {r_lo:.4g} at τ = {lo:g} and {r_hi:.4g} at τ = {hi:g}, which does not "
+            f"bracket the target {target}"
+        )
     while hi / lo > 1 + rtol:
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if r(mid) < target else (lo, mid)
@@ -384,8 +441,10 @@ def sink_free_records(records: list[dict]) -> list[dict]:
     a record without that value raises."""
     missing = [r for r in records if r.get("resolution_sink_free") is None]
     if missing:
-        raise ValueError(f"{len(missing)} records have no resolution_sink_free (a store without key-0 scores), "
-                         f"e.g. {({k: missing[0].get(k) for k in RECORD_KEYS})}")
+        raise ValueError(
+            f"{len(missing)} records have no resolution_sink_free (a store without key-0 scores), "
+            f"e.g. { ({k: missing[0].get(k) for k in RECORD_KEYS}) }"
+        )
     return [{**r, "resolution": r["resolution_sink_free"]} for r in records]
 
 
@@ -409,7 +468,8 @@ def sink_table(profiles: list[Profile], multiples: tuple[int, ...] = (1, 2, 4)) 
         row = {"encoding": encoding, "seeds": len(by_seed)}
         for k in multiples:
             row[f"p(T−1) at {length_label(k)}"] = Stat.of(
-                {seed: float(last_distance_weights(by_k[k]).max()) for seed, by_k in by_seed.items()})
+                {seed: float(last_distance_weights(by_k[k]).max()) for seed, by_k in by_seed.items()}
+            )
             row[f"1/T at {length_label(k)}"] = 1 / next(iter(by_seed.values()))[k].eval_len
         rows.append(row)
     return rows
@@ -486,12 +546,20 @@ class Table:
 
     def _repr_html_(self) -> str:
         def row(tag: str, items: list[str]) -> str:
-            return "<tr>" + "".join(
-                f'<{tag} style="text-align: {"left" if i == 0 else "right"}">{escape(self._keep(x))}</{tag}>'
-                for i, x in enumerate(items)) + "</tr>"
+            return (
+                "<tr>"
+                + "".join(
+                    f'<{tag} style="text-align: {"left" if i == 0 else "right"}">{escape(self._keep(x))}</{tag}>'
+                    for i, x in enumerate(items)
+                )
+                + "</tr>"
+            )
 
-        caption = (f'<caption style="caption-side: top; text-align: left">{escape(self.caption)}</caption>'
-                   if self.caption else "")
+        caption = (
+            f'<caption style="caption-side: top; text-align: left">{escape(self.caption)}</caption>'
+            if self.caption
+            else ""
+        )
         body = "".join(row("td", cells) for cells in self.cells)
         return f"<table>{caption}<thead>{row('th', self.columns)}</thead><tbody>{body}</tbody></table>"
 
@@ -504,92 +572,10 @@ class Table:
         return (f"**{self.caption}**\n\n" if self.caption else "") + "\n".join(lines)
 
 
-# The findings as functions of ``r(encoding, multiple, bca=False)`` -> R, ``ppl(encoding, column)`` -> a
-# perplexity of the 2L windows, and the level tolerance. A missing value raises LookupError.
-_RIVALS = ("sinusoidal", "alibi")
-_CHECKS = {
-    "rope_highest_at_L": lambda r, ppl, tol: r("rope", 1) > max(r(e, 1) for e in _RIVALS),
-    "rope_below_alibi_at_2L": lambda r, ppl, tol: r("rope", 2) < r("alibi", 2),
-    "rope_lowest_at_2L": lambda r, ppl, tol: r("rope", 2) < min(r(e, 2) for e in _RIVALS),
-    "alibi_level": lambda r, ppl, tol: abs(r("alibi", 2) - r("alibi", 1)) < tol * abs(r("alibi", 1)),
-    "bca_raises_rope": lambda r, ppl, tol: r("rope", 2, True) > r("rope", 2),
-    "bca_raises_xpos": lambda r, ppl, tol: r("xpos", 2, True) > r("xpos", 2),
-    "rope_better_first_L": lambda r, ppl, tol: ppl("rope", "perplexity_first_L") < ppl("alibi", "perplexity_first_L"),
-    "rope_worse_past_L": lambda r, ppl, tol: ppl("rope", "perplexity_past_L") > ppl("alibi", "perplexity_past_L"),
-}
-
-
-def reversal_checks(records: list[dict], head_mode: HeadMode = "mean-scores", tolerance: float = LEVEL_TOLERANCE,
-                    layer: str | int = "mean", partial: bool = False) -> dict[str, Check]:
-    """Does the measured table show the reversal (:data:`CHECK_DESCRIPTIONS`)?
-
-    R is that of ``layer`` ("mean": every layer, as in Table 3; "upper": the layers above the first;
-    or an index); perplexities are of the same 2L windows. Each check is evaluated on the seed means,
-    and again on each seed that has every value the checks need; ``Check(holds, seeds_holding, seeds)``.
-    With ``partial=True``, checks that need an encoding the records lack are left out instead of
-    raising (e.g. a sweep point without xPos).
-    """
-    index = index_records(records, head_mode)
-
-    def cell(encoding, k, bca):
-        found = index.get((encoding, k, bca, layer))
-        if not found:
-            raise LookupError(f"reversal_checks needs R({length_label(k)}){'+BCA' if bca else ''} of {encoding!r} "
-                              f"({head_mode}, layer {layer!r}); the records have none")
-        return found
-
-    def on_means(encoding, k, bca=False):
-        return _stat(cell(encoding, k, bca), "resolution").mean
-
-    def ppl_on_means(encoding, column):
-        stat = _stat(cell(encoding, 2, False), column)
-        if stat is None:
-            raise LookupError(f"reversal_checks needs {column} at 2L of {encoding!r}; the records have none")
-        return stat.mean
-
-    names = list(CHECK_DESCRIPTIONS)
-    if partial:
-        def usable(name):
-            try:
-                _CHECKS[name](on_means, ppl_on_means, tolerance)
-                return True
-            except LookupError:
-                return False
-        names = [n for n in names if usable(n)]
-    try:
-        holds = {n: _CHECKS[n](on_means, ppl_on_means, tolerance) for n in names}
-    except LookupError as err:
-        raise ValueError(str(err).strip("'\"")) from None
-    seeds = sorted({s for cell_ in index.values() for s in cell_})
-    per_seed = []
-    for seed in seeds:
-        try:
-            per_seed.append({n: _CHECKS[n](lambda e, k, bca=False: cell(e, k, bca)[seed]["resolution"],
-                                           lambda e, column: cell(e, 2, False)[seed][column], tolerance)
-                             for n in names})
-        except (LookupError, TypeError):  # this seed lacks a value some check needs
-            continue
-    return {name: Check(holds[name], sum(p[name] for p in per_seed), len(per_seed)) for name in names}
-
-
-def format_checks(checks: dict[str, Check]) -> str:
-    """One line per check: its description, True/False on the seed means, and the seed count."""
-    width = max(len(CHECK_DESCRIPTIONS[name]) for name in checks)
-    return "\n".join(f"{CHECK_DESCRIPTIONS[name]:<{width}}  {str(c.holds):<5}  (true in {c.seeds_holding} of "
-                     f"{c.seeds} seeds)" for name, c in checks.items())
-
-
-def checks_table(checks: dict[str, Check], caption: str = "") -> Table:
-    """:func:`format_checks` as a :class:`Table`: each finding, whether it holds on the seed means, and
-    in how many seeds."""
-    rows = [{"finding": CHECK_DESCRIPTIONS[name], "on the seed means": str(c.holds),
-             "seeds": f"{c.seeds_holding} of {c.seeds}"} for name, c in checks.items()]
-    return Table(rows, ["finding", "on the seed means", "seeds"], caption=caption)
-
-
 def record_mismatches(measured: list[dict], shipped: list[dict], tol: float = 1e-6) -> list[str]:
     """Where two lists of records differ: keys present in one only, or a value off by more than
     ``tol`` (relative or absolute), R without the sink included. An empty list means they agree."""
+
     def by_key(records, name):
         keyed = {}
         for r in records:
@@ -600,8 +586,11 @@ def record_mismatches(measured: list[dict], shipped: list[dict], tol: float = 1e
         return keyed
 
     a, b = by_key(measured, "measured"), by_key(shipped, "shipped")
-    out = [f"only in {name}: {dict(zip(RECORD_KEYS, key))}" for name, keys in
-           (("measured", a.keys() - b.keys()), ("shipped", b.keys() - a.keys())) for key in sorted(keys, key=str)]
+    out = [
+        f"only in {name}: {dict(zip(RECORD_KEYS, key))}"
+        for name, keys in (("measured", a.keys() - b.keys()), ("shipped", b.keys() - a.keys()))
+        for key in sorted(keys, key=str)
+    ]
     for key in sorted(a.keys() & b.keys(), key=str):
         for value in (*RECORD_VALUES, "perplexity_first_L", "resolution_sink_free"):  # absent from older records
             x, y = a[key].get(value), b[key].get(value)

@@ -63,8 +63,9 @@ def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> to
 
 
 @torch.no_grad()
-def evaluate_loss(model: Transformer, tokens: torch.Tensor, max_windows: int = EVAL_WINDOWS,
-                  batch_size: int = 32) -> float:
+def evaluate_loss(
+    model: Transformer, tokens: torch.Tensor, max_windows: int = EVAL_WINDOWS, batch_size: int = 32
+) -> float:
     """Mean next-byte cross-entropy (nats) over deterministic windows of train_len (data.eval_windows)."""
     device = next(model.parameters()).device
     windows = eval_windows(tokens, model.cfg.train_len, max_windows)  # (W, L+1)
@@ -80,6 +81,7 @@ def evaluate_loss(model: Transformer, tokens: torch.Tensor, max_windows: int = E
 
 
 # ---------------------------------------------------------------- resume state
+
 
 def _write_json(path: Path, obj: dict) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1) + "\n"))
@@ -108,14 +110,20 @@ def _load_state(out_dir: Path, expected_meta: dict, model, optimizer) -> dict:
     state_path = out_dir / STATE_JSON
     meta = read_json(state_path)
     if {k: meta.get(k) for k in expected_meta} != expected_meta:
-        raise ValueError(f"checkpoint file {state_path} was written by a run with other settings; "
-                         "use another out_dir or resume=False")
-    if not (isinstance(meta.get("tensor_file"), str) and isinstance(meta.get("step"), int)
-            and isinstance(meta.get("losses"), list) and isinstance(meta.get("wall_s"), float)):
+        raise ValueError(
+            f"checkpoint file {state_path} was written by a run with other settings; "
+            "use another out_dir or resume=False"
+        )
+    if not (
+        isinstance(meta.get("tensor_file"), str)
+        and isinstance(meta.get("step"), int)
+        and isinstance(meta.get("losses"), list)
+        and isinstance(meta.get("wall_s"), float)
+    ):
         raise ValueError(f"checkpoint file {state_path} lacks one of 'step', 'tensor_file', 'losses', 'wall_s'")
     tensor_path = out_dir / meta["tensor_file"]
     tensors = read_tensors(tensor_path)
-    load_weights(model, {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}, tensor_path)
+    load_weights(model, {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}, tensor_path)
     reference = optimizer.state_dict()  # param_groups come from this run's own settings (checked equal)
     slots: dict[int, dict] = {}
     for key, value in tensors.items():
@@ -130,8 +138,10 @@ def _load_state(out_dir: Path, expected_meta: dict, model, optimizer) -> dict:
     for index, slot in slots.items():
         for name, value in slot.items():
             if not torch.isfinite(value).all() or (name in ("exp_avg_sq", "step") and (value < 0).any()):
-                raise ValueError(f"checkpoint file {tensor_path} has a corrupt optimiser state "
-                                 f"(optim.{index}.{name} is non-finite or negative)")
+                raise ValueError(
+                    f"checkpoint file {tensor_path} has a corrupt optimiser state "
+                    f"(optim.{index}.{name} is non-finite or negative)"
+                )
     try:
         optimizer.load_state_dict({"state": slots, "param_groups": reference["param_groups"]})
     except (KeyError, ValueError, RuntimeError) as err:
@@ -142,9 +152,21 @@ def _load_state(out_dir: Path, expected_meta: dict, model, optimizer) -> dict:
 
 # ---------------------------------------------------------------------------------------------- train
 
-def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: float = 2e-3, warmup: int = 50,
-          seed: int = 0, out_dir: str | Path = "runs/model", checkpoint_every: int = 100, resume: bool = True,
-          device: str = "cpu", progress: bool = True, weight_decay: float = 0.1):
+
+def train(
+    cfg: ModelConfig,
+    steps: int = 500,
+    batch_tokens: int = 4096,
+    lr: float = 2e-3,
+    warmup: int = 50,
+    seed: int = 0,
+    out_dir: str | Path = "runs/model",
+    checkpoint_every: int = 100,
+    resume: bool = True,
+    device: str = "cpu",
+    progress: bool = True,
+    weight_decay: float = 0.1,
+):
     """Train `cfg` for `steps` steps of `batch_tokens` tokens (batch_tokens/train_len windows of train_len).
 
     Writes checkpoints every `checkpoint_every` steps (0: never) and the shipped fp16 model at the end.
@@ -164,8 +186,10 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
     if resume and (out_dir / CONFIG_JSON).is_file():
         finished = read_json(out_dir / CONFIG_JSON)
         if {k: finished.get(k) for k in meta} != meta:
-            raise ValueError(f"checkpoint file {out_dir / CONFIG_JSON} is a finished run with other settings; "
-                             "use another out_dir or resume=False")
+            raise ValueError(
+                f"checkpoint file {out_dir / CONFIG_JSON} is a finished run with other settings; "
+                "use another out_dir or resume=False"
+            )
         _seal(out_dir)  # a run killed after its config.json was written: finish its last two steps
         return load_checkpoint(out_dir), finished
     _check_writable(out_dir)  # before any step: a folder that cannot be written is an error now
@@ -181,8 +205,9 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
 
     batch_size = batch_tokens // cfg.train_len
     model.train()
-    bar = tqdm(range(start, steps), initial=start, total=steps, disable=not progress,
-               desc=f"{cfg.encoding} seed {seed}")
+    bar = tqdm(
+        range(start, steps), initial=start, total=steps, disable=not progress, desc=f"{cfg.encoding} seed {seed}"
+    )
     t_start = time.perf_counter()
     for step in bar:
         for group in optimizer.param_groups:
@@ -191,9 +216,11 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
         _, loss = model(x.to(device), y.to(device))
         optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
-            raise ValueError(f"training diverged: the loss is {loss.item()} at step {step}; the last good "
-                             f"checkpoint in {out_dir} is kept (lower --lr, or resume with other settings "
-                             "in another --out)")
+            raise ValueError(
+                f"training diverged: the loss is {loss.item()} at step {step}; the last good "
+                f"checkpoint in {out_dir} is kept (lower --lr, or resume with other settings "
+                "in another --out)"
+            )
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         optimizer.step()
@@ -205,10 +232,18 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
     bar.close()
     wall_s += time.perf_counter() - t_start
 
-    summary = {**meta, "results": {
-        "train_loss": evaluate_loss(model, train_tokens), "val_loss": evaluate_loss(model, val_tokens),
-        "tokens_per_s": steps * batch_tokens / wall_s, "wall_s": wall_s,
-        "device": str(device), "torch": torch.__version__, "losses": losses}}
+    summary = {
+        **meta,
+        "results": {
+            "train_loss": evaluate_loss(model, train_tokens),
+            "val_loss": evaluate_loss(model, val_tokens),
+            "tokens_per_s": steps * batch_tokens / wall_s,
+            "wall_s": wall_s,
+            "device": str(device),
+            "torch": torch.__version__,
+            "losses": losses,
+        },
+    }
     half = {k: v.detach().cpu().half().contiguous() for k, v in model.state_dict().items()}
     atomic_write(out_dir / MODEL_FILE, lambda tmp: save_file(half, tmp))
     _write_json(out_dir / CONFIG_JSON, summary)  # from here on the run is finished
@@ -216,11 +251,21 @@ def train(cfg: ModelConfig, steps: int = 500, batch_tokens: int = 4096, lr: floa
     return model.eval(), summary
 
 
-def training_settings(steps: int, batch_tokens: int, lr: float, warmup: int, seed: int,
-                      weight_decay: float = 0.1) -> dict:
+def training_settings(
+    steps: int, batch_tokens: int, lr: float, warmup: int, seed: int, weight_decay: float = 0.1
+) -> dict:
     """Everything that determines a training run besides the model config, as config.json records it."""
-    return {"steps": steps, "batch_tokens": batch_tokens, "lr": lr, "warmup": warmup, "seed": seed,
-            "weight_decay": weight_decay, "betas": list(BETAS), "grad_clip": GRAD_CLIP, "min_lr_ratio": MIN_LR_RATIO}
+    return {
+        "steps": steps,
+        "batch_tokens": batch_tokens,
+        "lr": lr,
+        "warmup": warmup,
+        "seed": seed,
+        "weight_decay": weight_decay,
+        "betas": list(BETAS),
+        "grad_clip": GRAD_CLIP,
+        "min_lr_ratio": MIN_LR_RATIO,
+    }
 
 
 def _seal(out_dir: Path) -> None:
@@ -230,8 +275,10 @@ def _seal(out_dir: Path) -> None:
     for stale in [out_dir / STATE_JSON, *out_dir.glob("state-*.safetensors")]:
         stale.unlink(missing_ok=True)
     if not (out_dir / SUMS_FILE).is_file():
-        write_text_atomic(out_dir / SUMS_FILE, "".join(f"{sha256_file(out_dir / name)}  {name}\n"
-                                                       for name in (CONFIG_JSON, MODEL_FILE)))
+        write_text_atomic(
+            out_dir / SUMS_FILE,
+            "".join(f"{sha256_file(out_dir / name)}  {name}\n" for name in (CONFIG_JSON, MODEL_FILE)),
+        )
 
 
 def _check_writable(out_dir: Path) -> None:
@@ -243,15 +290,19 @@ def _check_writable(out_dir: Path) -> None:
         os.close(os.open(probe, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600))
         probe.unlink()
     except OSError as err:
-        raise type(err)(f"cannot write {out_dir / MODEL_FILE}: the run folder {out_dir} cannot be written "
-                        f"({err.strerror or err}); choose another out_dir") from None
+        raise type(err)(
+            f"cannot write {out_dir / MODEL_FILE}: the run folder {out_dir} cannot be written "
+            f"({err.strerror or err}); choose another out_dir"
+        ) from None
 
 
 def _check_settings(cfg: ModelConfig, settings: dict, checkpoint_every: int, device: str) -> None:
     if not hasattr(cfg, "build"):
         raise ValueError(f"cfg must be a ModelConfig or an hf.HFConfig, got {type(cfg).__name__}")
-    integers = {**{name: settings[name] for name in ("steps", "batch_tokens", "warmup", "seed")},
-                "checkpoint_every": checkpoint_every}
+    integers = {
+        **{name: settings[name] for name in ("steps", "batch_tokens", "warmup", "seed")},
+        "checkpoint_every": checkpoint_every,
+    }
     for name, value in integers.items():
         if not isinstance(value, int) or isinstance(value, bool):
             raise ValueError(f"{name} must be an integer, got {value!r}")
@@ -261,8 +312,9 @@ def _check_settings(cfg: ModelConfig, settings: dict, checkpoint_every: int, dev
     if settings["steps"] < 1:
         raise ValueError(f"steps must be >= 1, got {settings['steps']}")
     if settings["batch_tokens"] < cfg.train_len or settings["batch_tokens"] % cfg.train_len:
-        raise ValueError(f"batch_tokens ({settings['batch_tokens']}) must be a positive multiple of "
-                         f"train_len ({cfg.train_len})")
+        raise ValueError(
+            f"batch_tokens ({settings['batch_tokens']}) must be a positive multiple of train_len ({cfg.train_len})"
+        )
     if not (math.isfinite(settings["lr"]) and 0 < settings["lr"] <= 1):
         raise ValueError(f"lr must be a finite number in (0, 1], got {settings['lr']}")
     if not 0 <= settings["warmup"] <= settings["steps"]:

@@ -34,7 +34,14 @@ from PIL import Image
 
 from attnres_helpers.encodings import curve_resolution, default_params, score_curve
 from attnres_helpers.widgets import (
-    NO_BCA_REASON, REDRAW_DELAY_S, DEFAULT_STORE, TrainedFigure, explorer, find_by_class, trained_catalogue, trained_explorer,
+    DEFAULT_STORE,
+    NO_BCA_REASON,
+    REDRAW_DELAY_S,
+    TrainedFigure,
+    explorer,
+    find_by_class,
+    trained_catalogue,
+    trained_explorer,
     trained_state,
 )
 
@@ -82,8 +89,10 @@ class Timings:
         return 1e3 * statistics.median(self.wall)
 
     def line(self) -> str:
-        return (f"median {self.median_ms:7.2f} ms, min {1e3 * min(self.wall):7.2f} ms wall; "
-                f"CPU median {1e3 * statistics.median(self.cpu):7.2f} ms")
+        return (
+            f"median {self.median_ms:7.2f} ms, min {1e3 * min(self.wall):7.2f} ms wall; "
+            f"CPU median {1e3 * statistics.median(self.cpu):7.2f} ms"
+        )
 
 
 def walk(values):
@@ -112,7 +121,8 @@ def full_redraw(figure: TrainedFigure, state: dict) -> bytes:
     width, height = figure.fig.canvas.get_width_height()
     buffer = io.BytesIO()
     Image.frombuffer("RGBA", (width, height), figure.fig.canvas.buffer_rgba(), "raw", "RGBA", 0, 1).convert("RGB").save(
-        buffer, format="png", compress_level=1)
+        buffer, format="png", compress_level=1
+    )
     return buffer.getvalue()
 
 
@@ -135,7 +145,9 @@ def verdict(t: Timings, target_s: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--N", type=int, default=4096, help="distances drawn and used for R(2L); L = N/2 (default 4096)")
+    parser.add_argument(
+        "--N", type=int, default=4096, help="distances drawn and used for R(2L); L = N/2 (default 4096)"
+    )
     parser.add_argument("--encoding", default="rope", help="design-time encoding for the widget timings (default rope)")
     parser.add_argument("--repeats", type=int, default=30, help="timed changes of each kind (default 30)")
     parser.add_argument("--naive-repeats", type=int, default=5)
@@ -157,8 +169,11 @@ def main() -> None:
     scales = [scale.value + k * scale.step for k in range(1, args.repeats + 1)]
     lengths = [L - 16 * k for k in range(1, args.repeats // 2 + 1)]
     design = {name: Timings() for name in ("naive", "vectorised", "scale", "L single", "L compare")}
-    steps = {"scale": setter(single, "attnres-slider-scale", scales), "L single": setter(single, "attnres-slider-L", lengths),
-             "L compare": setter(compare, "attnres-slider-L", lengths)}
+    steps = {
+        "scale": setter(single, "attnres-slider-scale", scales),
+        "L single": setter(single, "attnres-slider-L", lengths),
+        "L compare": setter(compare, "attnres-slider-L", lengths),
+    }
     for step in steps.values():
         step()  # warm-up: imports, caches, the first Agg draw
     per_round = max(1, args.repeats // args.naive_repeats)
@@ -180,7 +195,11 @@ def main() -> None:
     }
     trained = {name: Timings() for name in (*trained_steps, "full redraw")}
     redraw_figure = TrainedFigure()
-    states = [trained_state(catalogue, "rope", 0, "mean", "mean", k, b) for k in catalogue["eval_multiples"] for b in (False, True)]
+    states = [
+        trained_state(catalogue, "rope", 0, "mean", "mean", k, b)
+        for k in catalogue["eval_multiples"]
+        for b in (False, True)
+    ]
     redraws = walk(states)
     full_redraw(redraw_figure, states[0])  # warm-up, and the first step of each walk (its value is already set)
     for step in trained_steps.values():
@@ -199,7 +218,10 @@ def main() -> None:
     trained_burst = burst_draws(ui, "attnres-t-eval", [1, 4, 2, 1, 4])
 
     load_after = os.getloadavg()[0]
-    print(f"load average over the last minute: {load_before:.1f} before, {load_after:.1f} after, on {os.cpu_count()} cores")
+    print(
+        f"load average over the last minute: {load_before:.1f} before, {load_after:.1f} after, "
+        f"on {os.cpu_count()} cores"
+    )
     print(f"\n1. design-time explorer, N = {args.N} distances (L = {L}), encoding {args.encoding!r}")
     print(f"R(L), R(2L) at RoPE defaults: {fast[0]:.6f}, {fast[1]:.6f} (naive and vectorised agree)")
     print(f"  curve + R pair, naive loops        : {design['naive'].line()}")
@@ -207,18 +229,25 @@ def main() -> None:
     print(f"  naive / vectorised: {design['naive'].median_ms / design['vectorised'].median_ms:.0f}x (medians)")
     print(f"  scale move, single mode            : {design['scale'].line()}   {verdict(design['scale'], 0.050)}")
     print(f"  L step, single mode                : {design['L single'].line()}   {verdict(design['L single'], 0.050)}")
-    print(f"  L step, compare mode (6 encodings) : {design['L compare'].line()}   {verdict(design['L compare'], 0.100)}")
+    print(
+        f"  L step, compare mode (6 encodings) : {design['L compare'].line()}   {verdict(design['L compare'], 0.100)}"
+    )
     print(f"  compare / single L step: {design['L compare'].median_ms / design['L single'].median_ms:.2f}x (medians)")
-    print(f"\n2. trained-model explorer, {catalogue['path'].rsplit('/', 1)[-1]} (T up to {max(catalogue['eval_multiples'])}L "
-          f"= {max(catalogue['eval_multiples']) * catalogue['train_len']})")
+    print(
+        f"\n2. trained-model explorer, {catalogue['path'].rsplit('/', 1)[-1]} "
+        f"(T up to {max(catalogue['eval_multiples'])}L "
+        f"= {max(catalogue['eval_multiples']) * catalogue['train_len']})"
+    )
     for name in trained_steps:
         print(f"  {name:<13} change             : {trained[name].line()}   {verdict(trained[name], 0.150)}")
     print(f"  every change above                 : {everything.line()}   {verdict(everything, 0.150)}")
     print(f"  full redraw of the figure (before) : {trained['full redraw'].line()}")
-    print(f"  full redraw / BCA or length change: "
-          f"{trained['full redraw'].median_ms / statistics.median([trained['BCA on/off'].median_ms, trained['eval length'].median_ms]):.1f}x (medians)")
-    print(f"\n3. a burst of 5 changes inside a running event loop draws {design_burst} design-time plot(s) and "
-          f"{trained_burst} trained plot(s) (the last change; the readout follows every one)")
+    cheap = statistics.median([trained["BCA on/off"].median_ms, trained["eval length"].median_ms])
+    print(f"  full redraw / BCA or length change: {trained['full redraw'].median_ms / cheap:.1f}x (medians)")
+    print(
+        f"\n3. a burst of 5 changes inside a running event loop draws {design_burst} design-time plot(s) and "
+        f"{trained_burst} trained plot(s) (the last change; the readout follows every one)"
+    )
 
 
 if __name__ == "__main__":

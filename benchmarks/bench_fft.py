@@ -42,7 +42,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     H, d = args.heads, args.head_dim
     print(f"one window, {H} heads of {d}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{'T':>6}  {'fft ms':>8}  {'explicit ms':>11}  {'time ratio':>10}  {'fft MB':>7}  {'explicit MB':>11}  {'max rel diff':>12}")
+    print(
+        f"{'T':>6}  {'fft ms':>8}  {'explicit ms':>11}  {'time ratio':>10}  {'fft MB':>7}  "
+        f"{'explicit MB':>11}  {'max rel diff':>12}"
+    )
     for T in args.lengths:
         g = torch.Generator().manual_seed(T)
         q, k = torch.randn(1, H, T, d, generator=g), torch.randn(1, H, T, d, generator=g)
@@ -53,11 +56,15 @@ def main(argv=None):
             t_exp, s_exp = timed(explicit, q, k)
             exp_mb = 2 * H * T * T * 4 / 2**20  # the float32 scores and their masked copy
             diff = float(((s_fft - s_exp).abs() / s_exp.abs().clamp(min=1)).max())
-            print(f"{T:>6}  {t_fft * 1e3:>8.1f}  {t_exp * 1e3:>11.1f}  {t_exp / t_fft:>9.1f}x  {fft_mb:>7.1f}  "
-                  f"{exp_mb:>11.1f}  {diff:>12.1e}")
+            print(
+                f"{T:>6}  {t_fft * 1e3:>8.1f}  {t_exp * 1e3:>11.1f}  {t_exp / t_fft:>9.1f}x  {fft_mb:>7.1f}  "
+                f"{exp_mb:>11.1f}  {diff:>12.1e}"
+            )
         else:
-            print(f"{T:>6}  {t_fft * 1e3:>8.1f}  {'(skipped)':>11}  {'':>10}  {fft_mb:>7.1f}  "
-                  f"{2 * H * T * T * 4 / 2**20:>11.1f}  {'':>12}")
+            print(
+                f"{T:>6}  {t_fft * 1e3:>8.1f}  {'(skipped)':>11}  {'':>10}  {fft_mb:>7.1f}  "
+                f"{2 * H * T * T * 4 / 2**20:>11.1f}  {'':>12}"
+            )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """ŝ of one Hugging Face Llama-shaped layer (4 heads of 32) by FFT against the explicit score-matrix
-path, through ``hf.layer_expected_scores``, side by side in one run: time (best of 3), peak extra
+path, through ``hf.layer_s_hat``, side by side in one run: time (best of 3), peak extra
 memory, their ratios, and the max relative difference where both run; then the targets as PASS/FAIL.
 
     python benchmarks/bench_hf.py [--lengths 1024 4096 16384] [--explicit-max 4096] [--big 65536] [--threads N]
@@ -82,13 +82,13 @@ def one(method: str, T: int, repeats: int, save: str | None, compare: str | None
     layer = random_layer(T)
     before, resident = maxrss_mib(), rss_mib()
     t = time.perf_counter()
-    s_hat = hf.layer_expected_scores(layer, method)
+    s_hat = hf.layer_s_hat(layer, method)
     best = time.perf_counter() - t
     result = {"time_s": 0.0, "mem_mib": maxrss_mib() - before, "lower_bound": before > resident + 1}
     for _ in range(repeats - 1):
         del s_hat
         t = time.perf_counter()
-        s_hat = hf.layer_expected_scores(layer, method)
+        s_hat = hf.layer_s_hat(layer, method)
         best = min(best, time.perf_counter() - t)
     result["time_s"] = best
     if save:
@@ -109,11 +109,19 @@ def correctness(T: int) -> dict:
     model = hf.build(cfg)
     _, layers = hf.capture(model, torch.randint(0, cfg.vocab_size, (2, T)))
     q = layers[0].q
-    if tuple(q.shape[1:]) != (HEADS, T, HEAD_DIM) or layers[0].mask is not None:
-        raise SystemExit(f"unexpected capture: q {tuple(q.shape)}, mask {'None' if layers[0].mask is None else 'set'}")
-    diff = max(rel_diff(hf.layer_expected_scores(l, "fft"), hf.layer_expected_scores(l, "explicit")) for l in layers)
-    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "n_layer": cfg.n_layer,
-            "scaling": layers[0].scaling, "B": q.shape[0], "diff": diff}
+    if tuple(q.shape[1:]) != (HEADS, T, HEAD_DIM) or layers[0].allowed is not None:
+        raise SystemExit(
+            f"unexpected capture: q {tuple(q.shape)}, mask {'causal' if layers[0].allowed is None else 'set'}"
+        )
+    diff = max(rel_diff(hf.layer_s_hat(layer, "fft"), hf.layer_s_hat(layer, "explicit")) for layer in layers)
+    return {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "n_layer": cfg.n_layer,
+        "scaling": layers[0].scaling,
+        "B": q.shape[0],
+        "diff": diff,
+    }
 
 
 # --------------------------------------------------------------------------- the parent (no torch)
@@ -121,8 +129,9 @@ def correctness(T: int) -> dict:
 
 def child(args: list[str], threads: int) -> dict:
     """This script in a fresh subprocess; its JSON line, or {"error": ...} if it failed (out of memory...)."""
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), *args, "--threads", str(threads)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), *args, "--threads", str(threads)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -167,8 +176,11 @@ def main(argv=None):
             import torch
 
             torch.set_num_threads(args.threads)
-        result = correctness(args.check) if args.check else one(args.one[0], int(args.one[1]), args.repeats,
-                                                                 args.save, args.compare)
+        result = (
+            correctness(args.check)
+            if args.check
+            else one(args.one[0], int(args.one[1]), args.repeats, args.save, args.compare)
+        )
         print(json.dumps(result))
         return
 
@@ -176,15 +188,23 @@ def main(argv=None):
     check = child(["--check", str(args.check_len)], args.threads)
     if not ok(check):
         raise SystemExit(f"the correctness check failed: {check['error']}")
-    print(f"one layer, {HEADS} heads of {HEAD_DIM}, B = 1, torch {check['torch']}, {check['threads']} threads, "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"capture check: tiny transformers Llama ({check['n_layer']} layers, {HEADS} heads of {HEAD_DIM}), "
-          f"B = {check['B']}, T = {args.check_len}, scaling {check['scaling']:.4f}: "
-          f"max rel diff fft vs explicit over all layers {check['diff']:.1e}")
-    print(f"time: best of {args.repeats}; memory: peak extra RSS of the first call "
-          "(ru_maxrss delta, fresh process per case)")
-    print(f"{'T':>6}  {'fft ms':>8}  {'explicit ms':>11}  {'time ratio':>10}  {'fft MiB':>8}  "
-          f"{'explicit MiB':>12}  {'mem ratio':>9}  {'max rel diff':>12}")
+    print(
+        f"one layer, {HEADS} heads of {HEAD_DIM}, B = 1, torch {check['torch']}, {check['threads']} threads, "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
+    print(
+        f"capture check: tiny transformers Llama ({check['n_layer']} layers, {HEADS} heads of {HEAD_DIM}), "
+        f"B = {check['B']}, T = {args.check_len}, scaling {check['scaling']:.4f}: "
+        f"max rel diff fft vs explicit over all layers {check['diff']:.1e}"
+    )
+    print(
+        f"time: best of {args.repeats}; memory: peak extra RSS of the first call "
+        "(ru_maxrss delta, fresh process per case)"
+    )
+    print(
+        f"{'T':>6}  {'fft ms':>8}  {'explicit ms':>11}  {'time ratio':>10}  {'fft MiB':>8}  "
+        f"{'explicit MiB':>12}  {'mem ratio':>9}  {'max rel diff':>12}"
+    )
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for T in args.lengths:
@@ -199,8 +219,10 @@ def main(argv=None):
                 time_ratio = f"{e['time_s'] / f['time_s']:.1f}x"
                 mem_ratio = f"{e['mem_mib'] / f['mem_mib']:.1f}x" if f["mem_mib"] > 0 and not f["lower_bound"] else "-"
                 diff = f"{e['diff']:.1e}"
-            print(f"{T:>6}  {fmt_ms(f):>8}  {fmt_ms(e):>11}  {time_ratio:>10}  {fmt_mib(f):>8}  "
-                  f"{fmt_mib(e):>12}  {mem_ratio:>9}  {diff:>12}".rstrip())
+            print(
+                f"{T:>6}  {fmt_ms(f):>8}  {fmt_ms(e):>11}  {time_ratio:>10}  {fmt_mib(f):>8}  "
+                f"{fmt_mib(e):>12}  {mem_ratio:>9}  {diff:>12}".rstrip()
+            )
             for name, r in (("fft", f), ("explicit", e)):
                 if r is not None and not ok(r):
                     print(f"        {name} failed: {r['error']}")
@@ -213,20 +235,26 @@ def main(argv=None):
     print("targets:")
     f, e = results.get(SPEEDUP_T, (None, None))
     if not (ok(f) and ok(e)):
-        print(f"FAIL  FFT >= {SPEEDUP_TARGET:.0f}x faster than explicit at T = {SPEEDUP_T}: not measured "
-              f"(needs {SPEEDUP_T} in --lengths and --explicit-max >= {SPEEDUP_T})")
+        print(
+            f"FAIL  FFT >= {SPEEDUP_TARGET:.0f}x faster than explicit at T = {SPEEDUP_T}: not measured "
+            f"(needs {SPEEDUP_T} in --lengths and --explicit-max >= {SPEEDUP_T})"
+        )
     else:
         ratio = e["time_s"] / f["time_s"]
-        print(f"{'PASS' if ratio >= SPEEDUP_TARGET else 'FAIL'}  FFT >= {SPEEDUP_TARGET:.0f}x faster than explicit "
-              f"at T = {SPEEDUP_T}: {ratio:.1f}x")
+        print(
+            f"{'PASS' if ratio >= SPEEDUP_TARGET else 'FAIL'}  FFT >= {SPEEDUP_TARGET:.0f}x faster than explicit "
+            f"at T = {SPEEDUP_T}: {ratio:.1f}x"
+        )
     what = f"T = {args.big} for a {HEADS}-head layer by FFT"
     if big is None:
         print("FAIL  T = 65536 by FFT: not measured (--big 0)")
     elif not ok(big):
         print(f"FAIL  {what}: failed ({big['error']})")
     else:
-        print(f"{'PASS' if big['time_s'] <= BIG_TIME_S else 'FAIL'}  {what} in <= {BIG_TIME_S:.0f} s: "
-              f"{big['time_s']:.2f} s")
+        print(
+            f"{'PASS' if big['time_s'] <= BIG_TIME_S else 'FAIL'}  {what} in <= {BIG_TIME_S:.0f} s: "
+            f"{big['time_s']:.2f} s"
+        )
         fits = big["mem_mib"] < BIG_MEM_MIB and not big["lower_bound"]
         print(f"{'PASS' if fits else 'FAIL'}  {what} in < 1 GiB extra memory: {fmt_mib(big)} MiB")
     print(f"total {time.perf_counter() - start:.0f} s")

@@ -80,8 +80,10 @@ def main(argv=None) -> None:
     torch.testing.assert_close(expected_scores(logits), naive_expected_scores(logits), atol=1e-5, rtol=1e-4)
     fast = median_time(expected_scores, logits, args.repeats)
     slow = median_time(naive_expected_scores, logits, args.repeats)
-    print(f"expected_scores on (1, {args.heads}, {args.T}, {args.T}) float32 ({input_mib:.0f} MiB), "
-          f"{torch.get_num_threads()} threads, median of {args.repeats}:")
+    print(
+        f"expected_scores on (1, {args.heads}, {args.T}, {args.T}) float32 ({input_mib:.0f} MiB), "
+        f"{torch.get_num_threads()} threads, median of {args.repeats}:"
+    )
     print(f"  vectorised  {fast * 1e3:8.1f} ms")
     print(f"  naive loop  {slow * 1e3:8.1f} ms")
     print(f"  speed-up (naive / vectorised): {slow / fast:.2f}x")
@@ -100,8 +102,10 @@ def main(argv=None) -> None:
             return
         t0 = time.perf_counter()
         profiles = measure_checkpoints(progress=False)
-        print(f"measure_checkpoints on the shipped checkpoints: {time.perf_counter() - t0:.1f} s "
-              f"for {len(profiles)} profiles ({len({p.run for p in profiles})} checkpoints)")
+        print(
+            f"measure_checkpoints on the shipped checkpoints: {time.perf_counter() - t0:.1f} s "
+            f"for {len(profiles)} profiles ({len({p.run for p in profiles})} checkpoints)"
+        )
 
 
 if __name__ == "__main__":

@@ -54,14 +54,23 @@ def one(case: str, T: int) -> dict:
             model(input_ids=window[None, :-1]).logits.sum()
         else:
             window_statistics(model, window)
-    return {"time_s": time.perf_counter() - start, "peak_gib": maxrss_gib(), "loaded_gib": loaded,
-            "threads": torch.get_num_threads(), "implementation": model.config._attn_implementation}
+    return {
+        "time_s": time.perf_counter() - start,
+        "peak_gib": maxrss_gib(),
+        "loaded_gib": loaded,
+        "threads": torch.get_num_threads(),
+        "implementation": model.config._attn_implementation,
+    }
 
 
 def child(case: str, T: int, threads: int) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", case, str(T), "--threads", str(threads)],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--one", case, str(T), "--threads", str(threads)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -82,10 +91,14 @@ def main(argv=None):
         return
     start = time.perf_counter()
     load_before = os.getloadavg()[0]
-    print(f"SmolLM2-135M, one window per case, fresh process per case; load average {load_before:.1f} "
-          f"on {os.cpu_count()} CPUs")
-    print(f"{'T':>6}  {'forward s':>9}  {'measure s':>9}  {'time ratio':>10}  {'forward GiB':>11}  "
-          f"{'measure GiB':>11}  {'mem ratio':>9}  {'(extra over the model: forward / measure)':>42}")
+    print(
+        f"SmolLM2-135M, one window per case, fresh process per case; load average {load_before:.1f} "
+        f"on {os.cpu_count()} CPUs"
+    )
+    print(
+        f"{'T':>6}  {'forward s':>9}  {'measure s':>9}  {'time ratio':>10}  {'forward GiB':>11}  "
+        f"{'measure GiB':>11}  {'mem ratio':>9}  {'(extra over the model: forward / measure)':>42}"
+    )
     results = {}
     for T in args.lengths:
         f, m = (child(case, T, args.threads) for case in CASES)
@@ -94,25 +107,35 @@ def main(argv=None):
             print(f"{T:>6}  failed: forward {f.get('error', 'ok')}; measure {m.get('error', 'ok')}")
             continue
         extra = f"{f['peak_gib'] - f['loaded_gib']:.2f} / {m['peak_gib'] - m['loaded_gib']:.2f}"
-        print(f"{T:>6}  {f['time_s']:>9.1f}  {m['time_s']:>9.1f}  {m['time_s'] / f['time_s']:>9.2f}x  "
-              f"{f['peak_gib']:>11.2f}  {m['peak_gib']:>11.2f}  {m['peak_gib'] / f['peak_gib']:>8.2f}x  {extra:>42}")
-    print(f"threads {next((r['threads'] for r, _ in results.values() if 'threads' in r), '?')}, "
-          f"load average {load_before:.1f} before and {os.getloadavg()[0]:.1f} after")
+        print(
+            f"{T:>6}  {f['time_s']:>9.1f}  {m['time_s']:>9.1f}  {m['time_s'] / f['time_s']:>9.2f}x  "
+            f"{f['peak_gib']:>11.2f}  {m['peak_gib']:>11.2f}  {m['peak_gib'] / f['peak_gib']:>8.2f}x  {extra:>42}"
+        )
+    print(
+        f"threads {next((r['threads'] for r, _ in results.values() if 'threads' in r), '?')}, "
+        f"load average {load_before:.1f} before and {os.getloadavg()[0]:.1f} after"
+    )
     print("targets:")
     f, m = results.get(TARGET_T, ({"error": "not measured"}, {"error": "not measured"}))
     if "error" in f or "error" in m:
         print(f"FAIL  T = {TARGET_T}: not measured (put {TARGET_T} in --lengths)")
     else:
-        for what, ratio, target in (("time", m["time_s"] / f["time_s"], TIME_RATIO),
-                                    ("peak memory", m["peak_gib"] / f["peak_gib"], MEM_RATIO)):
-            print(f"{'PASS' if ratio <= target else 'FAIL'}  measure <= {target}x the forward's {what} at "
-                  f"T = {TARGET_T}: {ratio:.2f}x")
+        for what, ratio, target in (
+            ("time", m["time_s"] / f["time_s"], TIME_RATIO),
+            ("peak memory", m["peak_gib"] / f["peak_gib"], MEM_RATIO),
+        ):
+            print(
+                f"{'PASS' if ratio <= target else 'FAIL'}  measure <= {target}x the forward's {what} at "
+                f"T = {TARGET_T}: {ratio:.2f}x"
+            )
     _, m = results.get(LONG_T, (None, {"error": "not measured"}))
     if "error" in m:
         print(f"FAIL  T = {LONG_T} measured within {LONG_GIB:.0f} GiB: {m['error']}")
     else:
-        print(f"{'PASS' if m['peak_gib'] <= LONG_GIB else 'FAIL'}  T = {LONG_T} measured within {LONG_GIB:.0f} GiB: "
-              f"{m['peak_gib']:.2f} GiB in {m['time_s']:.0f} s")
+        print(
+            f"{'PASS' if m['peak_gib'] <= LONG_GIB else 'FAIL'}  T = {LONG_T} measured within {LONG_GIB:.0f} GiB: "
+            f"{m['peak_gib']:.2f} GiB in {m['time_s']:.0f} s"
+        )
     print(f"total {time.perf_counter() - start:.0f} s")
 
 

@@ -64,7 +64,10 @@ class RefAttention(nn.Module):
         q, k, v = (t.view(B, T, self.cfg.n_head, -1).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
         if rope is not None:
             cos, sin = rope  # (T, d/2)
-            q, k = ((torch.cat((t1 * cos - t2 * sin, t1 * sin + t2 * cos), -1)) for t1, t2 in (q.chunk(2, -1), k.chunk(2, -1)))
+            q, k = (
+                (torch.cat((t1 * cos - t2 * sin, t1 * sin + t2 * cos), -1))
+                for t1, t2 in (q.chunk(2, -1), k.chunk(2, -1))
+            )
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=bias is None)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
@@ -73,7 +76,9 @@ class RefBlock(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.ln_1, self.attn, self.ln_2 = nn.LayerNorm(cfg.d_model), RefAttention(cfg), nn.LayerNorm(cfg.d_model)
-        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model)
+        )
 
     def forward(self, x, rope, bias):
         x = x + self.attn(self.ln_1(x), rope, bias)
@@ -166,8 +171,12 @@ class BatchedVariant:
         self.skeleton = copy.deepcopy(base).to("meta")
         decay = [p for p in self.params.values() if p.ndim >= 3]  # a matrix, stacked
         rest = [p for p in self.params.values() if p.ndim < 3]
-        self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                                           lr=1e-3, betas=(0.9, 0.98), foreach=False)
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+            lr=1e-3,
+            betas=(0.9, 0.98),
+            foreach=False,
+        )
         self.tokens_per_s, self.first_step_s, self.step0_loss, self.error = [], None, None, None
 
     def _loss(self, params, buffers, x, y):
@@ -244,18 +253,33 @@ def quartiles(values: list[float]) -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
     parser.add_argument("--encoding", choices=REFERENCE_ENCODINGS, default="rope")
     parser.add_argument("--batch-tokens", type=int, default=4096)
-    parser.add_argument("--steps", "--repeats", type=int, default=None,
-                        help="timed training steps of each variant (default 10; 2 with --quick)")
-    parser.add_argument("--warmup", type=int, default=None,
-                        help="untimed steps before them (default 2; 1 with --quick); the first includes compilation")
+    parser.add_argument(
+        "--steps",
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed training steps of each variant (default 10; 2 with --quick)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="untimed steps before them (default 2; 1 with --quick); the first includes compilation",
+    )
     parser.add_argument("--threads", type=int, default=2, help="threads of variant (iv) (default 2)")
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
-                        help="which to run (default: all); fp32, variant (i), is always run, as the base of the ratios")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=list(VARIANTS),
+        help="which to run (default: all); fp32, variant (i), is always run, as the base of the ratios",
+    )
     parser.add_argument("--models", type=int, default=4, help="models in the batched variant (v) (default 4)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 timed steps after 1 warm-up step")
     args = parser.parse_args()
@@ -294,7 +318,7 @@ def main():
                 v.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
                 live.remove(v)
     for r in range(steps):
-        order = live[r % len(live):] + live[: r % len(live)]  # rotate who goes first
+        order = live[r % len(live) :] + live[: r % len(live)]  # rotate who goes first
         for v in order:
             seconds = v.step(train_tokens, batch_size, cfg.train_len, warmup + r)
             v.tokens_per_s.append(args.batch_tokens * getattr(v, "n_models", 1) / seconds)
@@ -303,15 +327,22 @@ def main():
     median = {v.key: statistics.median(v.tokens_per_s) for v in live}
     base_v = variants[0]
     n_params = sum(p.numel() for p in base.parameters())
-    print(f"preset {args.preset} ({cfg.n_layer} layers, d_model {cfg.d_model}, {cfg.n_head} heads, "
-          f"{n_params / 1e6:.2f}M params), encoding {cfg.encoding}, T = L = {cfg.train_len}, "
-          f"{args.batch_tokens} tokens a step ({batch_size} windows), torch {torch.__version__}")
-    print(f"{warmup} warm-up + {steps} timed steps of each variant, interleaved; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"preset {args.preset} ({cfg.n_layer} layers, d_model {cfg.d_model}, {cfg.n_head} heads, "
+        f"{n_params / 1e6:.2f}M params), encoding {cfg.encoding}, T = L = {cfg.train_len}, "
+        f"{args.batch_tokens} tokens a step ({batch_size} windows), torch {torch.__version__}"
+    )
+    print(
+        f"{warmup} warm-up + {steps} timed steps of each variant, interleaved; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     if diff is not None:
         print(f"reference computes the same function: max |logit diff| = {diff:.1e}")
     print()
-    header = f"{'variant':40s} {'threads':>7s} {'tokens/s':>9s} {'quartiles':>15s} {'ratio to (i)':>12s} {'step-0 loss':>11s} {'- (i)':>9s}"
+    header = (
+        f"{'variant':40s} {'threads':>7s} {'tokens/s':>9s} {'quartiles':>15s} {'ratio to (i)':>12s} "
+        f"{'step-0 loss':>11s} {'- (i)':>9s}"
+    )
     print(header)
     print("-" * len(header))
     for v in variants:
@@ -320,8 +351,10 @@ def main():
             continue
         ratio = median[v.key] / median["fp32"]
         dloss = v.step0_loss - base_v.step0_loss
-        print(f"{v.label:40s} {v.threads:7d} {median[v.key]:9,.0f} {quartiles(v.tokens_per_s):>15s} "
-              f"{ratio:12.2f} {v.step0_loss:11.5f} {dloss:+9.1e}")
+        print(
+            f"{v.label:40s} {v.threads:7d} {median[v.key]:9,.0f} {quartiles(v.tokens_per_s):>15s} "
+            f"{ratio:12.2f} {v.step0_loss:11.5f} {dloss:+9.1e}"
+        )
     print()
     compiled = next((v for v in variants if v.key == "compile" and not v.error), None)
     if compiled:
@@ -331,9 +364,11 @@ def main():
             payback = f"it pays for itself after about {math.ceil(overhead / (eager_s - compiled_s))} steps"
         else:
             payback = "the compiled step is not faster than (i)"
-        print(f"torch.compile: compile time {overhead:.1f} s (its first step took {compiled.first_step_s:.1f} s: "
-              f"compiling the forward and backward graphs; inductor's cache in /tmp makes a second run faster), "
-              f"not in tokens/s; {payback}")
+        print(
+            f"torch.compile: compile time {overhead:.1f} s (its first step took {compiled.first_step_s:.1f} s: "
+            f"compiling the forward and backward graphs; inductor's cache in /tmp makes a second run faster), "
+            f"not in tokens/s; {payback}"
+        )
     if "reference" in median:
         ratio = median["fp32"] / median["reference"]
         print(f"ratio (i)/reference = {ratio:.3f}  ({'OK' if ratio >= 0.9 else 'BELOW'} the 0.9 target)")

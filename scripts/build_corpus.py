@@ -33,10 +33,22 @@ from pathlib import Path
 # (antigravity opens a browser, this prints, idlelib/tkinter/turtle need a display), the test suite,
 # codec tables with no prose (encodings), deprecated trees, packaging helpers, and pydoc_data itself
 # (added directly as source 1).
-SKIP_MODULES = frozenset({
-    "antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo",
-    "test", "lib2to3", "encodings", "ensurepip", "venv", "pydoc_data",
-})
+SKIP_MODULES = frozenset(
+    {
+        "antigravity",
+        "this",
+        "idlelib",
+        "tkinter",
+        "turtle",
+        "turtledemo",
+        "test",
+        "lib2to3",
+        "encodings",
+        "ensurepip",
+        "venv",
+        "pydoc_data",
+    }
+)
 # Submodules with one of these parts in their dotted name are skipped (test suites), as are private
 # parts ("_x", "__main__": script entry points that run on import).
 SKIP_PARTS = frozenset({"test", "tests"})
@@ -54,8 +66,9 @@ def stdlib_module_names() -> list[str]:
         if module is not None and hasattr(module, "__path__"):
             subs = pkgutil.walk_packages(module.__path__, name + ".", onerror=lambda _: None)
             names.extend(s.name for s in subs)
-    return sorted(n for n in set(names)
-                  if not SKIP_PARTS & set(n.split(".")) and not any(p.startswith("_") for p in n.split(".")))
+    return sorted(
+        n for n in set(names) if not SKIP_PARTS & set(n.split(".")) and not any(p.startswith("_") for p in n.split("."))
+    )
 
 
 def _quiet_import(name: str):
@@ -77,8 +90,11 @@ def module_docstrings(module) -> list[str]:
             continue
         docs.append(obj.__doc__)
         if inspect.isclass(obj):
-            docs.extend(member.__doc__ for name, member in sorted(vars(obj).items())
-                        if not name.startswith("_") and (inspect.isroutine(member) or isinstance(member, property)))
+            docs.extend(
+                member.__doc__
+                for name, member in sorted(vars(obj).items())
+                if not name.startswith("_") and (inspect.isroutine(member) or isinstance(member, property))
+            )
     return [inspect.cleandoc(d) for d in docs if isinstance(d, str) and d.strip()]
 
 

@@ -45,19 +45,39 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     torch.set_float32_matmul_precision("high")  # TF32 on the GPU; no effect on a CPU
     args.out.mkdir(parents=True, exist_ok=True)
-    parts = {"large": lambda: large_dataset(args.out, args.runs, args.device),
-             "family": lambda: family_dataset(args.out / "family.safetensors", SEEDS, args.device, args.runs / "family"),
-             "sweep": lambda: sweep_dataset(args.out, args.runs, args.device)}
+    parts = {
+        "large": lambda: large_dataset(args.out, args.runs, args.device),
+        "family": lambda: family_dataset(args.out / "family.safetensors", SEEDS, args.device, args.runs / "family"),
+        "sweep": lambda: sweep_dataset(args.out, args.runs, args.device),
+    }
     datasets = [parts[p]() for p in args.parts]
     if args.quick:  # every run shrunk to a tiny model and 3 steps, to check the script on a CPU
-        datasets = [replace(ds, specs=[replace(spec, cfg=preset("tiny", encoding=spec.cfg.encoding),
-                                               training={**spec.training, "steps": 3, "batch_tokens": 64, "warmup": 1})
-                                       for spec in ds.specs]) for ds in datasets]
+        datasets = [
+            replace(
+                ds,
+                specs=[
+                    replace(
+                        spec,
+                        cfg=preset("tiny", encoding=spec.cfg.encoding),
+                        training={**spec.training, "steps": 3, "batch_tokens": 64, "warmup": 1},
+                    )
+                    for spec in ds.specs
+                ],
+            )
+            for ds in datasets
+        ]
     t0 = time.time()
     kept = run_datasets(datasets, args.device, args.jobs, progress=False, deadline_s=args.deadline_s)
     summary = {str(store.name): len({p.run for p in profiles}) for store, profiles in kept.items()}
-    print(json.dumps({"wall_s": round(time.time() - t0, 1), "runs_stored": summary,
-                      "runs_wanted": {str(d.store.name): len(d.specs) for d in datasets}}))
+    print(
+        json.dumps(
+            {
+                "wall_s": round(time.time() - t0, 1),
+                "runs_stored": summary,
+                "runs_wanted": {str(d.store.name): len(d.specs) for d in datasets},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

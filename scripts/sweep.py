@@ -66,15 +66,24 @@ def summarise(head_modes=("mean-scores", "mean-R")) -> str:
     """A markdown summary of every point swept so far: the pairs, and which findings of Table 3 hold."""
     from attnres_helpers.tables import LEVEL_TOLERANCE, format_table, pair_table
 
-    lines = ["# Sweep summary", "", summarise_round2(), "", "## Round 1 (2 layers chosen; layer means, different windows)", "",
-             "Written by `python scripts/sweep.py --summary` from data/sweep/*.json. "
-             "Seed 0 unless stated; R is the layer mean (boundary \"zero\"); train_s is the training wall "
-             "time of one model on the machine and load it ran on (two sweeps shared 2 busy cores, one "
-             "torch thread each).", "",
-             "Round 1 shipped the point `depth2`: the cheapest one (about 80 s a model) that "
-             "shows every finding below that any point shows. `steps800` was not run for lack of time; "
-             "`steps200` against `base` is the steps axis. Points that change only RoPE's base train "
-             "identical ALiBi and sinusoidal models, which the identical rows show.", ""]
+    lines = [
+        "# Sweep summary",
+        "",
+        summarise_round2(),
+        "",
+        "## Round 1 (2 layers chosen; layer means, different windows)",
+        "",
+        "Written by `python scripts/sweep.py --summary` from data/sweep/*.json. "
+        'Seed 0 unless stated; R is the layer mean (boundary "zero"); train_s is the training wall '
+        "time of one model on the machine and load it ran on (two sweeps shared 2 busy cores, one "
+        "torch thread each).",
+        "",
+        "Round 1 shipped the point `depth2`: the cheapest one (about 80 s a model) that "
+        "shows every finding below that any point shows. `steps800` was not run for lack of time; "
+        "`steps200` against `base` is the steps axis. Points that change only RoPE's base train "
+        "identical ALiBi and sinusoidal models, which the identical rows show.",
+        "",
+    ]
     for name in POINTS:
         path = SWEEP_DIR / f"{name}.json"
         if not path.is_file():
@@ -90,9 +99,17 @@ def summarise(head_modes=("mean-scores", "mean-R")) -> str:
             r = {row["encoding"]: row for row in rows}
             for row in rows:
                 row["train_s"] = round(times[row["encoding"]])
-            lines += [f"{head_mode}:", "", "```", format_table(rows, ["encoding", "R(L)", "R(2L)", "R(2L)+BCA",
-                      "ppl(L)", "ppl(2L) past L", "train_s"], digits=4), "```", ""]
-            mean = lambda e, col: r[e][col].mean if e in r and r[e].get(col) else None  # noqa: E731
+            lines += [
+                f"{head_mode}:",
+                "",
+                "```",
+                format_table(
+                    rows, ["encoding", "R(L)", "R(2L)", "R(2L)+BCA", "ppl(L)", "ppl(2L) past L", "train_s"], digits=4
+                ),
+                "```",
+                "",
+            ]
+            mean = lambda e, col, r=r: r[e][col].mean if e in r and r[e].get(col) else None  # noqa: E731
             found = []
             trio = [e for e in ("rope", "sinusoidal", "alibi") if e in r]
             if len(trio) == 3:
@@ -112,9 +129,10 @@ def summarise_round2() -> str:
     """Round 2: per-layer R (the layers above the first) and same-window perplexity, around the new
     default (4 layers, L = 128, 1600 steps): the GPU-trained points of data/sweep/round2.safetensors
     (scripts/gpu_runs.py) and the shipped CPU-trained default itself (data/results/default.safetensors)."""
+    from attnres_helpers.checks import CHECK_DESCRIPTIONS, reversal_checks
     from attnres_helpers.experiments import STORE, TRAINING
     from attnres_helpers.store import load_profiles, records
-    from attnres_helpers.tables import CHECK_DESCRIPTIONS, format_table, pair_table, reversal_checks
+    from attnres_helpers.tables import format_table, pair_table
 
     points = {}
     round2, about = load_profiles(data_path("sweep", "round2.safetensors"))
@@ -122,24 +140,37 @@ def summarise_round2() -> str:
         points.setdefault((r["point"], "GPU"), []).append(r)
     if STORE.is_file():
         points[("default (shipped, 1600 steps)", "CPU")] = records(load_profiles(STORE)[0], head_modes=("mean-scores",))
-    lines = ["## Round 2: the reversal per layer, in the same windows", "",
-             "Written by `python scripts/sweep.py --summary`. The question: the cheapest configuration where, in the "
-             "layers above the first (mean-scores, boundary zero), RoPE has the highest R(L) of RoPE, ALiBi and "
-             "sinusoidal and falls below ALiBi at 2L, and where RoPE's perplexity in the same 2L windows is below "
-             "ALiBi's before L and above it past L, on the seed means and in at least 2 of 3 seeds. "
-             f"Base: 4 layers, width 128, 4 heads, L = 128, training {TRAINING}. The GPU points ran in one "
-             "session on a lent GPU (`scripts/gpu_runs.py`, TF32); its time limit stopped them after 13 of 63 "
-             "models, so `steps800` has 1-2 seeds and the points steps3200, L64, depth2, depth6 and lr1e-3 were "
-             "not reached. The default itself was trained on 2 CPU cores (`python -m attnres_helpers reproduce`).", ""]
+    lines = [
+        "## Round 2: the reversal per layer, in the same windows",
+        "",
+        "Written by `python scripts/sweep.py --summary`. The question: the cheapest configuration where, in the "
+        "layers above the first (mean-scores, boundary zero), RoPE has the highest R(L) of RoPE, ALiBi and "
+        "sinusoidal and falls below ALiBi at 2L, and where RoPE's perplexity in the same 2L windows is below "
+        "ALiBi's before L and above it past L, on the seed means and in at least 2 of 3 seeds. "
+        f"Base: 4 layers, width 128, 4 heads, L = 128, training {TRAINING}. The GPU points ran in one "
+        "session on a lent GPU (`scripts/gpu_runs.py`, TF32); its time limit stopped them after 13 of 63 "
+        "models, so `steps800` has 1-2 seeds and the points steps3200, L64, depth2, depth6 and lr1e-3 were "
+        "not reached. The default itself was trained on 2 CPU cores (`python -m attnres_helpers reproduce`).",
+        "",
+    ]
     wanted = ["rope_highest_at_L", "rope_below_alibi_at_2L", "rope_better_first_L", "rope_worse_past_L"]
     for (point, device), recs in points.items():
         checks = reversal_checks(recs, layer="upper", partial=True)
         rows = pair_table(recs, "mean-scores", "upper")
-        lines += [f"### {point} ({device})", "", "```",
-                  format_table(rows, ["encoding", "seeds", "R(L)", "R(2L)", "ppl(2L) first L", "ppl(2L) past L"], digits=4),
-                  "```", ""]
-        lines += [f"- {CHECK_DESCRIPTIONS[n]}: {checks[n].holds} on the means, {checks[n].seeds_holding} of "
-                  f"{checks[n].seeds} seeds" for n in wanted if n in checks] + [""]
+        lines += [
+            f"### {point} ({device})",
+            "",
+            "```",
+            format_table(rows, ["encoding", "seeds", "R(L)", "R(2L)", "ppl(2L) first L", "ppl(2L) past L"], digits=4),
+            "```",
+            "",
+        ]
+        lines += [
+            f"- {CHECK_DESCRIPTIONS[n]}: {checks[n].holds} on the means, {checks[n].seeds_holding} of "
+            f"{checks[n].seeds} seeds"
+            for n in wanted
+            if n in checks
+        ] + [""]
     return "\n".join(lines)
 
 
@@ -171,27 +202,48 @@ def main(argv=None) -> None:
                 cfg = ModelConfig(encoding=encoding, **model_changes)
                 out = ROOT / "runs" / "sweep" / point / f"{encoding}-s{seed}"
                 t0 = time.perf_counter()
-                model, summary = train(cfg, seed=seed, out_dir=out, checkpoint_every=0, progress=False,
-                                       **train_settings)
+                model, summary = train(
+                    cfg, seed=seed, out_dir=out, checkpoint_every=0, progress=False, **train_settings
+                )
                 train_s = summary["results"]["wall_s"]
-                profiles = measure_model(model, val_tokens, f"{point}-{encoding}-s{seed}",
-                                         {"encoding": encoding, "seed": seed, "train_len": cfg.train_len},
-                                         multiples=(1, 2), n_windows=args.windows)
+                profiles = measure_model(
+                    model,
+                    val_tokens,
+                    f"{point}-{encoding}-s{seed}",
+                    {"encoding": encoding, "seed": seed, "train_len": cfg.train_len},
+                    multiples=(1, 2),
+                    n_windows=args.windows,
+                )
                 # the records of the sweep's files: per layer and the layer mean ("upper" is derivable
                 # from the per-layer records), now with perplexity_first_L
-                recs = [{k: v for k, v in r.items() if k not in RECORD_DROPPED}
-                        for r in profile_records(profiles) if r["layer"] != "upper"]
+                recs = [
+                    {k: v for k, v in r.items() if k not in RECORD_DROPPED}
+                    for r in profile_records(profiles)
+                    if r["layer"] != "upper"
+                ]
                 for r in recs:
-                    r.update(point=point, train_wall_s=train_s, val_loss=summary["results"]["val_loss"],
-                             **{f"train_{k}": v for k, v in train_settings.items()}, model=cfg.to_dict())
+                    r.update(
+                        point=point,
+                        train_wall_s=train_s,
+                        val_loss=summary["results"]["val_loss"],
+                        **{f"train_{k}": v for k, v in train_settings.items()},
+                        model=cfg.to_dict(),
+                    )
                 done += recs
                 write_text_atomic(path, json.dumps(done, indent=1))
-                mean = {(r["eval_len"], r["bca"]): r["resolution"] for r in recs
-                        if r["layer"] == "mean" and r["head_mode"] == "mean-scores"}
+                mean = {
+                    (r["eval_len"], r["bca"]): r["resolution"]
+                    for r in recs
+                    if r["layer"] == "mean" and r["head_mode"] == "mean-scores"
+                }
                 L = cfg.train_len
-                print(f"{point:12s} {encoding:10s} s{seed}  train {train_s:5.0f}s  total {time.perf_counter() - t0:5.0f}s  "
-                      f"R(L) {mean[(L, False)]:.4f}  R(2L) {mean[(2 * L, False)]:.4f}  "
-                      f"R(2L,BCA) {mean.get((2 * L, True), float('nan')):.4f}", flush=True)
+                print(
+                    f"{point:12s} {encoding:10s} s{seed}  train {train_s:5.0f}s  "
+                    f"total {time.perf_counter() - t0:5.0f}s  "
+                    f"R(L) {mean[(L, False)]:.4f}  R(2L) {mean[(2 * L, False)]:.4f}  "
+                    f"R(2L,BCA) {mean.get((2 * L, True), float('nan')):.4f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from attnres_helpers import files, stats
+from attnres_helpers import files, paths, stats
 from attnres_helpers import train as train_mod
 from attnres_helpers.__main__ import main as cli_main
 from attnres_helpers.checkpoints import load_checkpoint, regenerate_command
@@ -51,15 +51,25 @@ BOUND_S = 240  # every wait below is a bounded loop; this is its limit (a loaded
 
 def _spec(root: Path, encoding: str, seed: int, training: dict | None = None) -> RunSpec:
     name = f"{encoding}-s{seed}"
-    return RunSpec(name, preset("tiny", encoding=encoding), seed, Path(root) / "runs" / name,
-                   dict(training or TINY_TRAINING), extra={"config": f"tiny {encoding}"}, measure=dict(TINY_MEASURE))
+    return RunSpec(
+        name,
+        preset("tiny", encoding=encoding),
+        seed,
+        Path(root) / "runs" / name,
+        dict(training or TINY_TRAINING),
+        extra={"config": f"tiny {encoding}"},
+        measure=dict(TINY_MEASURE),
+    )
 
 
 def _dataset(root: Path) -> Dataset:
     """The module's tiny family: RoPE seed 0 and ALiBi seed 1, into ``root/store/family.safetensors``."""
     root = Path(root)
-    return Dataset(root / "store" / "family.safetensors", [_spec(root, "rope", 0), _spec(root, "alibi", 1)],
-                   {"command": "tests/test_adversarial.py"})
+    return Dataset(
+        root / "store" / "family.safetensors",
+        [_spec(root, "rope", 0), _spec(root, "alibi", 1)],
+        {"command": "tests/test_adversarial.py"},
+    )
 
 
 def _store_tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -104,8 +114,10 @@ def _read_only(path: Path):
     where we are root, else chmod. Skips where neither is possible."""
     path = Path(path)
     if os.geteuid() == 0:
-        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)],
-                                                             capture_output=True).returncode != 0:
+        if (
+            shutil.which("chattr") is None
+            or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0
+        ):
             pytest.skip("root, and chattr +i is refused here: no way to make a read-only folder")
         try:
             yield
@@ -128,14 +140,6 @@ def _thread_pool(jobs: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max(1, jobs))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the workers' setting: results are then bit-identical across processes
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def family(tmp_path_factory) -> Dataset:
     """The reference: the tiny family trained and measured uninterrupted, through the real process pool."""
@@ -151,8 +155,15 @@ def hf_run(tmp_path_factory) -> Path:
     from attnres_helpers.hf import HFConfig
 
     out = tmp_path_factory.mktemp("hf") / "hf-llama-s0"
-    train_mod.train(HFConfig("llama", train_len=16, n_layer=1, n_head=2, d_model=16), steps=2, batch_tokens=32,
-                    warmup=1, out_dir=out, checkpoint_every=0, progress=False)
+    train_mod.train(
+        HFConfig("llama", train_len=16, n_layer=1, n_head=2, d_model=16),
+        steps=2,
+        batch_tokens=32,
+        warmup=1,
+        out_dir=out,
+        checkpoint_every=0,
+        progress=False,
+    )
     return out
 
 
@@ -161,8 +172,9 @@ def _copy_run(run_dir: Path, tmp_path: Path, name: str | None = None) -> Path:
 
 
 def _reseal(run_dir: Path) -> None:
-    (run_dir / "SHA256SUMS").write_text("".join(f"{files.sha256_file(run_dir / n)}  {n}\n"
-                                                for n in ("config.json", "model.safetensors")))
+    (run_dir / "SHA256SUMS").write_text(
+        "".join(f"{files.sha256_file(run_dir / n)}  {n}\n" for n in ("config.json", "model.safetensors"))
+    )
 
 
 def _rewrite_json(path: Path, edit) -> None:
@@ -172,6 +184,7 @@ def _rewrite_json(path: Path, edit) -> None:
 
 
 # ============================================================================================ processes
+
 
 def _children(pid: int) -> set[int]:
     out = set()
@@ -202,15 +215,19 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+@pytest.mark.slow
 def test_killing_the_parent_leaves_no_worker_and_a_rerun_is_identical(family, tmp_path):
     """SIGKILL run_datasets' parent (2 jobs) while both workers train: every worker dies with it; a rerun
     resumes (stale lock taken over, checkpoints reused) and ends bit-identical to the uninterrupted run."""
     ds = _dataset(tmp_path)
-    driver = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import test_adversarial as t; "
-              "from attnres_helpers.experiments import runner; "
-              "runner.run_datasets([t._dataset(Path(sys.argv[2]))], jobs=2, progress=False)")
-    parent = subprocess.Popen([sys.executable, "-c", driver, str(TESTS), str(tmp_path)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    driver = (
+        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import test_adversarial as t; "
+        "from attnres_helpers.experiments import runner; "
+        "runner.run_datasets([t._dataset(Path(sys.argv[2]))], jobs=2, progress=False)"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", driver, str(TESTS), str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     workers: set[int] = set()
     try:
         deadline = time.monotonic() + BOUND_S
@@ -259,7 +276,8 @@ def test_a_worker_that_raises_stops_the_run_at_once(tmp_path):
         runner.run_datasets([ds], jobs=1, progress=False)
     assert str(err.value).splitlines()[0] == (
         f"run rope-s0 ({bad.out_dir}): FileExistsError: cannot write {bad.out_dir / 'model.safetensors'}: the run "
-        f"folder {bad.out_dir} cannot be written (File exists); choose another out_dir")
+        f"folder {bad.out_dir} cannot be written (File exists); choose another out_dir"
+    )
     assert not never.out_dir.exists() and not (long.out_dir / "config.json").exists()
     assert not ds.store.exists() and not multiprocessing.active_children()
 
@@ -282,8 +300,10 @@ def test_a_read_only_store_folder_fails_before_any_run_naming_the_store(family, 
     with _read_only(ds.store.parent):
         with pytest.raises(OSError) as err:
             runner.run_datasets([ds], jobs=2, progress=False)
-    assert str(err.value) in (f"cannot write {ds.store}: Operation not permitted",  # chattr +i (root)
-                              f"cannot write {ds.store}: Permission denied")  # chmod
+    assert str(err.value) in (
+        f"cannot write {ds.store}: Operation not permitted",  # chattr +i (root)
+        f"cannot write {ds.store}: Permission denied",
+    )  # chmod
     assert not (tmp_path / "runs").exists()  # nothing trained for a store that cannot be written
 
 
@@ -301,8 +321,9 @@ def test_a_store_write_that_fails_stops_the_run_at_its_first_write(family, tmp_p
     before = store.read_bytes()
     with _read_only(store):
         with pytest.raises(OSError) as err:
-            runner.run_datasets([Dataset(store, [first_spec, long, never], {"command": "test"})], jobs=1,
-                                progress=False)
+            runner.run_datasets(
+                [Dataset(store, [first_spec, long, never], {"command": "test"})], jobs=1, progress=False
+            )
     assert str(err.value) == f"cannot write {store}: Operation not permitted"
     assert not never.out_dir.exists() and not (long.out_dir / "config.json").exists()
     assert store.read_bytes() == before and _debris(tmp_path) == [] and not multiprocessing.active_children()
@@ -315,20 +336,41 @@ def test_train_into_a_read_only_out_fails_before_training_naming_the_target(tmp_
     monkeypatch.setattr(train_mod, "get_batch", lambda *a, **k: steps.append(1) or pytest.fail("a step ran"))
     with _read_only(out):
         with pytest.raises(SystemExit) as exit_info:
-            cli_main(["train", "--preset", "tiny", "--steps", "3", "--warmup", "1", "--batch-tokens", "64",
-                      "--quiet", "--checkpoint-every", "0", "--out", str(out)])
-    assert _one_line(exit_info) == (f"error: cannot write {out / 'model.safetensors'}: the run folder {out} cannot be "
-                                    "written (Operation not permitted); choose another out_dir")
+            cli_main(
+                [
+                    "train",
+                    "--preset",
+                    "tiny",
+                    "--steps",
+                    "3",
+                    "--warmup",
+                    "1",
+                    "--batch-tokens",
+                    "64",
+                    "--quiet",
+                    "--checkpoint-every",
+                    "0",
+                    "--out",
+                    str(out),
+                ]
+            )
+    assert _one_line(exit_info) == (
+        f"error: cannot write {out / 'model.safetensors'}: the run folder {out} cannot be "
+        "written (Operation not permitted); choose another out_dir"
+    )
     assert steps == [] and list(out.iterdir()) == []
 
 
 # ============================================================================================ debris
 
+
 def test_a_dead_writers_store_temporary_is_removed_at_the_next_start(family, tmp_path):
     ds = _dataset(tmp_path)
     shutil.copytree(family.store.parent, ds.store.parent)  # every run is in the store: nothing to run
-    dead, alive = ds.store.parent / f".family.safetensors.tmp-{_dead_pid()}", \
-        ds.store.parent / f".family.safetensors.tmp-{os.getpid()}"
+    dead, alive = (
+        ds.store.parent / f".family.safetensors.tmp-{_dead_pid()}",
+        ds.store.parent / f".family.safetensors.tmp-{os.getpid()}",
+    )
     dead.write_bytes(b"half a store")
     alive.write_bytes(b"a live writer's")
     runner.run_datasets([ds], jobs=1, progress=False)
@@ -350,8 +392,10 @@ def test_a_finished_run_with_leftover_state_is_cleaned_and_sealed(family, tmp_pa
     (run.parent / "SHA256SUMS").write_text(listed)
     with pytest.raises(ValueError) as err:
         runner.verify_checkpoints(run.parent)
-    assert str(err.value) == (f"{run / 'state-0000200.safetensors'} is not listed in SHA256SUMS: refused (remove it, "
-                              f"or regenerate with `{specs.REPRODUCE_COMMAND}`)")
+    assert str(err.value) == (
+        f"{run / 'state-0000200.safetensors'} is not listed in SHA256SUMS: refused (remove it, "
+        f"or regenerate with `{specs.REPRODUCE_COMMAND}`)"
+    )
     (run.parent / "SHA256SUMS").unlink()
     train_mod.train(spec.cfg, seed=spec.seed, out_dir=run, checkpoint_every=100, progress=False, **spec.training)
     assert sorted(p.name for p in run.iterdir()) == ["SHA256SUMS", "config.json", "model.safetensors"]
@@ -378,19 +422,30 @@ def test_safetensors_files_are_written_with_no_temporary_of_their_own(tmp_path):
 
 # ============================================================================================ locks
 
+
 def test_a_second_writer_is_refused_naming_the_first_and_a_stale_lock_is_taken_over(family, tmp_path):
     ds = _dataset(tmp_path)
     shutil.copytree(family.store.parent, ds.store.parent)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from attnres_helpers import files\n"
-                               "with files.exclusive(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()",
-                               str(ds.store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from attnres_helpers import files\n"
+            "with files.exclusive(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()",
+            str(ds.store),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline() == "held\n"
         with pytest.raises(RuntimeError) as err:
             runner.run_datasets([ds], jobs=1, progress=False)
         lock = ds.store.with_name("family.safetensors.lock")
-        assert str(err.value) == (f"{ds.store} is being written by process {holder.pid} (lock {lock}); wait for it, "
-                                  "or stop that process")
+        assert str(err.value) == (
+            f"{ds.store} is being written by process {holder.pid} (lock {lock}); wait for it, or stop that process"
+        )
     finally:
         holder.stdin.close()
         holder.wait(timeout=BOUND_S)
@@ -421,13 +476,17 @@ def test_a_lock_is_never_seen_empty_and_works_without_hard_links(tmp_path, monke
 
 # ============================================================================================ stores that lie
 
+
 def _lying_store(path: Path, profile: Profile, meta=None, nll=None) -> Path:
     """A store file written without Profile's checks: ``meta`` and ``nll`` as given."""
     header = {"about": {}, "runs": {profile.run: meta if meta is not None else profile.meta}}
     key = profile.key
     nll = profile.nll if nll is None else nll
-    save_file({f"{key}/s_hat": profile.s_hat.contiguous(), f"{key}/nll": nll.double()},
-              path, metadata={"attnres": json.dumps(header)})  # json.dumps writes NaN as NaN
+    save_file(
+        {f"{key}/s_hat": profile.s_hat.contiguous(), f"{key}/nll": nll.double()},
+        path,
+        metadata={"attnres": json.dumps(header)},
+    )  # json.dumps writes NaN as NaN
     return path
 
 
@@ -436,12 +495,15 @@ def profile(family) -> Profile:
     return next(p for p in load_profiles(family.store)[0] if p.run == "rope-s0" and p.eval_len == 32 and not p.bca)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"train_len": -3}, "run 'rope-s0': train_len must be an integer in [2, 1048576], got -3"),
-    ({"train_len": 0}, "run 'rope-s0': train_len must be an integer in [2, 1048576], got 0"),
-    ({"run": "someone-else"}, "run 'rope-s0': metadata may not hold the record keys ['run']"),
-    ({"seed": float("nan")}, "run 'rope-s0': seed must be an integer, got nan"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"train_len": -3}, "run 'rope-s0': train_len must be an integer in [2, 1048576], got -3"),
+        ({"train_len": 0}, "run 'rope-s0': train_len must be an integer in [2, 1048576], got 0"),
+        ({"run": "someone-else"}, "run 'rope-s0': metadata may not hold the record keys ['run']"),
+        ({"seed": float("nan")}, "run 'rope-s0': seed must be an integer, got nan"),
+    ],
+)
 def test_store_metadata_that_lies_is_refused_at_read(profile, tmp_path, change, message):
     path = _lying_store(tmp_path / "lie.safetensors", profile, meta={**profile.meta, **change})
     with pytest.raises(ValueError) as err:
@@ -456,13 +518,16 @@ def test_negative_nll_is_refused_at_read(profile, tmp_path):
     path = _lying_store(tmp_path / "lie.safetensors", profile, nll=-profile.nll)
     with pytest.raises(ValueError) as err:
         load_profiles(path)
-    assert str(err.value) == (f"measurement store {path}: entry 'rope-s0/32/0' is malformed (run 'rope-s0' at eval_len "
-                              "32: nll must be finite and >= 0 (a negative log-likelihood of a probability))")
+    assert str(err.value) == (
+        f"measurement store {path}: entry 'rope-s0/32/0' is malformed (run 'rope-s0' at eval_len "
+        "32: nll must be finite and >= 0 (a negative log-likelihood of a probability))"
+    )
 
 
 def test_nll_past_exps_range_is_an_infinite_perplexity_and_valid_json(profile, tmp_path, capsys):
-    huge = Profile(profile.run, profile.meta, profile.eval_len, profile.bca, profile.s_hat,
-                   torch.full_like(profile.nll, 710.0))
+    huge = Profile(
+        profile.run, profile.meta, profile.eval_len, profile.bca, profile.s_hat, torch.full_like(profile.nll, 710.0)
+    )
     path = tmp_path / "huge.safetensors"
     save_profiles(path, [huge])
     assert {r["perplexity"] for r in records([huge])} == {math.inf}
@@ -483,15 +548,20 @@ def test_a_float16_store_refuses_values_it_cannot_hold(profile, tmp_path):
     big = Profile(profile.run, profile.meta, profile.eval_len, profile.bca, profile.s_hat * 0 + 70000.0, profile.nll)
     with pytest.raises(ValueError) as err:
         save_profiles(tmp_path / "f16.safetensors", [big], dtype=torch.float16)
-    assert str(err.value) == ("rope-s0/32/0: s_hat has values beyond torch.float16's range (|x| > 65504); store it "
-                              "as float32 or int16")
+    assert str(err.value) == (
+        "rope-s0/32/0: s_hat has values beyond torch.float16's range (|x| > 65504); store it as float32 or int16"
+    )
     assert list(tmp_path.iterdir()) == []
-    save_profiles(tmp_path / "f16.safetensors", [Profile(big.run, big.meta, big.eval_len, big.bca,
-                                                          big.s_hat * 0 + 65504.0, big.nll)], dtype=torch.float16)
+    save_profiles(
+        tmp_path / "f16.safetensors",
+        [Profile(big.run, big.meta, big.eval_len, big.bca, big.s_hat * 0 + 65504.0, big.nll)],
+        dtype=torch.float16,
+    )
     assert load_profiles(tmp_path / "f16.safetensors")[0][0].s_hat.max() == 65504.0  # the largest it holds
 
 
 # ============================================================================================ verification
+
 
 @pytest.fixture
 def root(family, tmp_path) -> Path:
@@ -510,8 +580,10 @@ def test_unlisted_files_at_any_depth_are_refused(root, name):
     (root / name).write_bytes(b"anything")
     with pytest.raises(ValueError) as err:
         runner.verify_checkpoints(root)
-    assert str(err.value) == (f"{root / name} is not listed in SHA256SUMS: refused (remove it, or regenerate with "
-                              f"`{specs.REPRODUCE_COMMAND}`)")
+    assert str(err.value) == (
+        f"{root / name} is not listed in SHA256SUMS: refused (remove it, or regenerate with "
+        f"`{specs.REPRODUCE_COMMAND}`)"
+    )
     if name.startswith("rope-s0/"):  # the run's own SHA256SUMS refuses it too
         with pytest.raises(ValueError, match=r"is not listed in SHA256SUMS: refused"):
             load_checkpoint(root / "rope-s0")
@@ -541,16 +613,19 @@ def test_a_binary_sha256sums_names_the_file(root):
     (root / "SHA256SUMS").write_bytes(bytes(range(256)))
     with pytest.raises(ValueError) as err:
         runner.verify_checkpoints(root)
-    assert str(err.value) == (f"{root / 'SHA256SUMS'} is not a text file; regenerate the folder with "
-                              f"`{specs.REPRODUCE_COMMAND}`")
+    assert str(err.value) == (
+        f"{root / 'SHA256SUMS'} is not a text file; regenerate the folder with `{specs.REPRODUCE_COMMAND}`"
+    )
 
 
 def test_an_oversized_or_linked_sha256sums_is_refused_unread(root):
     sums = root / "SHA256SUMS"
     with open(sums, "r+b") as f:
         f.truncate(files.MAX_SUMS_BYTES + 1)  # sparse: nothing is written
-    message = (f"{sums} is a link or over {files.MAX_SUMS_BYTES} bytes: refused; regenerate the folder with "
-               f"`{specs.REPRODUCE_COMMAND}`")
+    message = (
+        f"{sums} is a link or over {files.MAX_SUMS_BYTES} bytes: refused; regenerate the folder with "
+        f"`{specs.REPRODUCE_COMMAND}`"
+    )
     with pytest.raises(ValueError) as err:
         runner.verify_checkpoints(root)
     assert str(err.value) == message
@@ -584,12 +659,14 @@ def test_a_missing_hf_sha256sums_names_hf_train(hf_run, tmp_path):
         assert str(err.value) == f"{root / 'SHA256SUMS'} is missing; regenerate the folder with `{command}`"
     with pytest.raises(ValueError) as err:
         load_checkpoint(root / "hf-llama-s0")
-    assert str(err.value) == (f"checkpoint {root / 'hf-llama-s0'} has no SHA256SUMS (neither in it nor above it): it "
-                              f"cannot be verified and is refused; regenerate it with `{command}`")
+    assert str(err.value) == (
+        f"checkpoint {root / 'hf-llama-s0'} has no SHA256SUMS (neither in it nor above it): it "
+        f"cannot be verified and is refused; regenerate it with `{command}`"
+    )
     # where the shipped HF checkpoints are verified (notebook 06: verify_checkpoints(HF_CHECKPOINTS)), the
     # default names hf-train; nothing under data/ is read to decide it
-    assert regenerate_command(specs.HF_CHECKPOINTS) == command
-    assert regenerate_command(specs.HF_CHECKPOINTS / "hf-bloom-s0") == command
+    assert regenerate_command(paths.HF_CHECKPOINTS) == command
+    assert regenerate_command(paths.HF_CHECKPOINTS / "hf-bloom-s0") == command
     assert regenerate_command(specs.CHECKPOINTS) == specs.REPRODUCE_COMMAND
 
 
@@ -600,13 +677,17 @@ def test_an_hf_checkpoint_with_a_flipped_byte_or_no_sha256sums_is_refused(hf_run
     (run / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(ValueError) as err:
         load_checkpoint(run)
-    assert str(err.value) == (f"{run / 'model.safetensors'} does not match SHA256SUMS (corrupt or tampered); "
-                              f"regenerate with `{specs.HF_COMMAND}`")
+    assert str(err.value) == (
+        f"{run / 'model.safetensors'} does not match SHA256SUMS (corrupt or tampered); "
+        f"regenerate with `{specs.HF_COMMAND}`"
+    )
     (run / "SHA256SUMS").unlink()  # and without any SHA256SUMS
     with pytest.raises(ValueError) as err:
         load_checkpoint(run)
-    assert str(err.value) == (f"checkpoint {run} has no SHA256SUMS (neither in it nor above it): it cannot be "
-                              f"verified and is refused; regenerate it with `{specs.HF_COMMAND}`")
+    assert str(err.value) == (
+        f"checkpoint {run} has no SHA256SUMS (neither in it nor above it): it cannot be "
+        f"verified and is refused; regenerate it with `{specs.HF_COMMAND}`"
+    )
 
 
 def test_a_relabelled_config_is_refused(family, tmp_path):
@@ -614,8 +695,10 @@ def test_a_relabelled_config_is_refused(family, tmp_path):
     _rewrite_json(run / "config.json", lambda c: c["model"].update(encoding="alibi"))
     with pytest.raises(ValueError) as err:
         load_checkpoint(run)
-    assert str(err.value) == (f"{run / 'config.json'} does not match SHA256SUMS (corrupt or tampered); regenerate "
-                              f"with `{specs.REPRODUCE_COMMAND}`")
+    assert str(err.value) == (
+        f"{run / 'config.json'} does not match SHA256SUMS (corrupt or tampered); regenerate "
+        f"with `{specs.REPRODUCE_COMMAND}`"
+    )
 
 
 def test_a_tampered_d_model_is_refused_before_anything_is_allocated(family, tmp_path, monkeypatch):
@@ -627,11 +710,14 @@ def test_a_tampered_d_model_is_refused_before_anything_is_allocated(family, tmp_
     monkeypatch.setattr(ModelConfig, "build", lambda cfg: pytest.fail("a model was built"))
     with pytest.raises(ValueError) as err:
         load_checkpoint(run)
-    assert str(err.value) == (f"checkpoint file {run / 'config.json'} has a bad model config: the model would have "
-                              "103,097,303,040 parameters (2 layers of width 65536), over the bound of 1,000,000,000")
+    assert str(err.value) == (
+        f"checkpoint file {run / 'config.json'} has a bad model config: the model would have "
+        "103,097,303,040 parameters (2 layers of width 65536), over the bound of 1,000,000,000"
+    )
 
 
 # ============================================================================================ resource bounds
+
 
 def test_train_threads_are_bounded(tmp_path, capsys):
     most = 4 * os.cpu_count()
@@ -639,16 +725,23 @@ def test_train_threads_are_bounded(tmp_path, capsys):
         cli_main(["train", "--preset", "tiny", "--threads", "100000", "--out", str(tmp_path / "run")])
     assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines() == [
         f"python -m attnres_helpers train: error: argument --threads: must be at most {most} (4 x the "
-        f"{os.cpu_count()} CPUs), got 100000 (see --help)"]
+        f"{os.cpu_count()} CPUs), got 100000 (see --help)"
+    ]
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--n-layer", "100000", "--d-model", "4096"], "error: n_layer must be at most 1024, got 100000"),
-    (["--n-layer", "1000", "--d-model", "1024"], "error: the model would have 12,592,392,192 parameters (1000 layers "
-                                                 "of width 1024), over the bound of 1,000,000,000"),
-    (["--d-model", "131072", "--n-head", "2"], "error: d_model must be at most 65536, got 131072"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--n-layer", "100000", "--d-model", "4096"], "error: n_layer must be at most 1024, got 100000"),
+        (
+            ["--n-layer", "1000", "--d-model", "1024"],
+            "error: the model would have 12,592,392,192 parameters (1000 layers "
+            "of width 1024), over the bound of 1,000,000,000",
+        ),
+        (["--d-model", "131072", "--n-head", "2"], "error: d_model must be at most 65536, got 131072"),
+    ],
+)
 def test_model_size_is_bounded_before_anything_is_built(tmp_path, monkeypatch, args, message):
     monkeypatch.setattr(ModelConfig, "build", lambda cfg: pytest.fail("a model was built"))
     with pytest.raises(SystemExit) as exit_info:
@@ -661,15 +754,24 @@ def test_resamples_are_bounded():
 
     message = "n_resamples must be at most 1,000,000 (the plan uses 10,000), got 1,000,000,000"
     x, y, clusters = [1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0], ["a", "a", "b", "c"]
-    for call in (lambda: stats.spearman_permutation_test(x, y, n_resamples=10**9),
-                 lambda: stats.spearman_cluster_bootstrap(x, y, clusters, n_resamples=10**9),
-                 lambda: stats.cluster_bootstrap_spearmans([x], y, clusters, n_resamples=10**9)):
+    for call in (
+        lambda: stats.spearman_permutation_test(x, y, n_resamples=10**9),
+        lambda: stats.spearman_cluster_bootstrap(x, y, clusters, n_resamples=10**9),
+        lambda: stats.cluster_bootstrap_spearmans([x], y, clusters, n_resamples=10**9),
+    ):
         with pytest.raises(ValueError) as err:
             call()
         assert str(err.value) == message
-    points = [analysis.Point(f"s{i}", "rope", False, {"R(2L) upper": v, "rise 2L": w, "design R(2L)": v,
-                                                      "R(2L) mean": v}, {"rise 2L": {0: w}})
-              for i, (v, w) in enumerate(zip(x, y))]
+    points = [
+        analysis.Point(
+            f"s{i}",
+            "rope",
+            False,
+            {"R(2L) upper": v, "rise 2L": w, "design R(2L)": v, "R(2L) mean": v},
+            {"rise 2L": {0: w}},
+        )
+        for i, (v, w) in enumerate(zip(x, y))
+    ]
     with pytest.raises(ValueError) as err:
         analysis.run_plan(points, n_resamples=10**9)
     assert str(err.value) == message
@@ -677,13 +779,22 @@ def test_resamples_are_bounded():
 
 # ============================================================================================ measure-hf
 
+
 def _tiny_llama(**config):
     import transformers
 
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                   num_key_value_heads=1, max_position_embeddings=32, vocab_size=256,
-                                   tie_word_embeddings=True, **config)
+    cfg = transformers.LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+        vocab_size=256,
+        tie_word_embeddings=True,
+        **config,
+    )
     return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
 
 
@@ -698,6 +809,7 @@ def llama_folder(tmp_path_factory) -> Path:
 @pytest.fixture
 def no_hub(monkeypatch):
     """No network: the hub check fails as it does offline (and nothing may get past it)."""
+
     def refuse(*args, **kwargs):
         raise OSError("no network in this test")
 
@@ -742,21 +854,36 @@ def _heads_not_dividing(folder):
     _rewrite_json(folder / "config.json", lambda c: c.update(num_attention_heads=3))
 
 
-@pytest.mark.parametrize("edit, reason", [
-    (_zero_bytes, "cannot load a safetensors causal LM (SafetensorError: Error while deserializing header: header "
-                  "too small)"),
-    (_truncated, "cannot load a safetensors causal LM (SafetensorError: Error while deserializing header: "
-                 "incomplete metadata, file not fully covered)"),
-    (_corrupt_header, "cannot load a safetensors causal LM (SafetensorError: Error while deserializing header: "),
-    (_only_a_pickle, "cannot load a safetensors causal LM (OSError: Error no file named model.safetensors found in "
-                     "directory "),
-    (_zero_heads, None),
-    (_wider_config, "cannot load a safetensors causal LM (RuntimeError: the weights' shapes do not match "
-                    "config.json)"),
-    (_heads_not_dividing, "cannot load a safetensors causal LM (StrictDataclassClassValidationError: Class "
-                          "validation error for validator 'validate_architecture': ValueError: The hidden size (16) "
-                          "is not a multiple of the number of attention heads (3).)"),
-])
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (
+            _zero_bytes,
+            "cannot load a safetensors causal LM (SafetensorError: Error while deserializing header: header too small)",
+        ),
+        (
+            _truncated,
+            "cannot load a safetensors causal LM (SafetensorError: Error while deserializing header: "
+            "incomplete metadata, file not fully covered)",
+        ),
+        (_corrupt_header, "cannot load a safetensors causal LM (SafetensorError: Error while deserializing header: "),
+        (
+            _only_a_pickle,
+            "cannot load a safetensors causal LM (OSError: Error no file named model.safetensors found in directory ",
+        ),
+        (_zero_heads, None),
+        (
+            _wider_config,
+            "cannot load a safetensors causal LM (RuntimeError: the weights' shapes do not match config.json)",
+        ),
+        (
+            _heads_not_dividing,
+            "cannot load a safetensors causal LM (StrictDataclassClassValidationError: Class "
+            "validation error for validator 'validate_architecture': ValueError: The hidden size (16) "
+            "is not a multiple of the number of attention heads (3).)",
+        ),
+    ],
+)
 def test_measure_hf_on_broken_folders_is_one_line_naming_the_folder(llama_folder, tmp_path, no_hub, edit, reason):
     from attnres_helpers import hf
 
@@ -766,8 +893,11 @@ def test_measure_hf_on_broken_folders_is_one_line_naming_the_folder(llama_folder
     handler.emit = lambda record: reports.append(record.getMessage())
     logging.getLogger("transformers").addHandler(handler)  # transformers' own log (its load report)
     try:
-        expected = (f"{folder}: {reason}" if reason else
-                    f"{folder / 'config.json'}: num_attention_heads must be a positive integer, got 0")
+        expected = (
+            f"{folder}: {reason}"
+            if reason
+            else f"{folder / 'config.json'}: num_attention_heads must be a positive integer, got 0"
+        )
         with pytest.raises(ValueError) as err:
             hf.measure_pretrained(str(folder), lengths=(1,), n_windows=1)
         assert str(err.value).startswith(expected) and len(str(err.value).splitlines()) == 1
@@ -800,8 +930,10 @@ def test_a_hub_name_without_network_is_one_line(tmp_path, monkeypatch, no_hub):
     from attnres_helpers import hf
 
     monkeypatch.chdir(tmp_path)
-    message = ("'someorg/some-model' is not a local folder and the Hugging Face hub cannot be reached (no network); "
-               "give the path of a downloaded model folder")
+    message = (
+        "'someorg/some-model' is not a local folder and the Hugging Face hub cannot be reached (no network); "
+        "give the path of a downloaded model folder"
+    )
     with pytest.raises(ValueError) as err:
         hf.measure_pretrained("someorg/some-model")
     assert str(err.value) == message
@@ -814,8 +946,11 @@ def test_the_hub_is_tried_once_with_a_short_timeout(monkeypatch, tmp_path):
     from attnres_helpers.hf import pretrained
 
     calls = []
-    monkeypatch.setattr(socket, "create_connection", lambda address, timeout: calls.append((address, timeout))
-                        or (_ for _ in ()).throw(OSError("unreachable")))
+    monkeypatch.setattr(
+        socket,
+        "create_connection",
+        lambda address, timeout: calls.append((address, timeout)) or (_ for _ in ()).throw(OSError("unreachable")),
+    )
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="cannot be reached"):
         pretrained.load_pretrained("someorg/some-model")
@@ -837,14 +972,18 @@ def test_a_missing_local_path_is_a_local_error(tmp_path, monkeypatch, name):
 def test_the_projects_own_folders_point_to_the_right_command(family, hf_run, tmp_path, no_hub):
     from attnres_helpers import hf
 
-    for run, command, store in ((family.specs[0].out_dir, specs.REPRODUCE_COMMAND, "data/results/default.safetensors"),
-                                (hf_run, specs.HF_COMMAND, "data/results/hf.safetensors")):
+    for run, command, store in (
+        (family.specs[0].out_dir, specs.REPRODUCE_COMMAND, "data/results/default.safetensors"),
+        (hf_run, specs.HF_COMMAND, "data/results/hf.safetensors"),
+    ):
         with pytest.raises(ValueError) as err:
             hf.measure_pretrained(str(run))
-        assert str(err.value) == (f"{run} is a checkpoint in this project's own format, not a transformers folder: "
-                                  f"its measurements are read by `python -m attnres_helpers results --store {store}` "
-                                  f"and made by `{command}`; in Python, load it with "
-                                  "attnres_helpers.checkpoints.load_checkpoint")
+        assert str(err.value) == (
+            f"{run} is a checkpoint in this project's own format, not a transformers folder: "
+            f"its measurements are read by `python -m attnres_helpers results --store {store}` "
+            f"and made by `{command}`; in Python, load it with "
+            "attnres_helpers.checkpoints.load_checkpoint"
+        )
         with pytest.raises(SystemExit) as exit_info:
             cli_main(["measure-hf", "--model", str(run)])
         assert _one_line(exit_info) == f"error: {err.value}"
@@ -857,14 +996,17 @@ def test_measure_pretrained_takes_a_path(llama_folder):
     assert {r["run"] for r in recs} == {"tiny-llama"} and {r["eval_len"] for r in recs} == {32}
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"lengths": (float("inf"),)}, "lengths must be multiples of L in (0, 64], got [inf]"),
-    ({"lengths": ()}, "no lengths to measure"),
-    ({"lengths": (True,)}, "lengths must be multiples of L in (0, 64], got [True]"),
-    ({"n_windows": True}, "n_windows must be a positive integer, got True"),
-    ({"n_windows": 0}, "n_windows must be a positive integer, got 0"),
-    ({"train_len": 1.5}, "train_len must be an integer >= 2, got 1.5"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"lengths": (float("inf"),)}, "lengths must be multiples of L in (0, 64], got [inf]"),
+        ({"lengths": ()}, "no lengths to measure"),
+        ({"lengths": (True,)}, "lengths must be multiples of L in (0, 64], got [True]"),
+        ({"n_windows": True}, "n_windows must be a positive integer, got True"),
+        ({"n_windows": 0}, "n_windows must be a positive integer, got 0"),
+        ({"train_len": 1.5}, "train_len must be an integer >= 2, got 1.5"),
+    ],
+)
 def test_measure_pretrained_arguments_are_checked_before_loading(llama_folder, monkeypatch, kwargs, message):
     from attnres_helpers.hf import pretrained
 
@@ -875,6 +1017,7 @@ def test_measure_pretrained_arguments_are_checked_before_loading(llama_folder, m
 
 
 # ============================================================================================ fault injection
+
 
 class Killed(BaseException):
     """Stands for a kill: not an Exception, so no handler of ours catches it."""
@@ -904,13 +1047,22 @@ class _KillAt:
                     raise Killed
                 self.count += 1
             return real(*args, **kwargs)
+
         return op
 
 
-TRAIN_RUN = {"steps": 6, "batch_tokens": 64, "lr": 1e-3, "warmup": 2, "seed": 3, "checkpoint_every": 2,
-             "progress": False}  # resume state at steps 2 and 4, then the model, config.json and SHA256SUMS
+TRAIN_RUN = {
+    "steps": 6,
+    "batch_tokens": 64,
+    "lr": 1e-3,
+    "warmup": 2,
+    "seed": 3,
+    "checkpoint_every": 2,
+    "progress": False,
+}  # resume state at steps 2 and 4, then the model, config.json and SHA256SUMS
 
 
+@pytest.mark.slow
 def test_a_kill_at_every_file_operation_of_train_resumes_bit_identically(tmp_path, monkeypatch):
     cfg = preset("tiny", encoding="rope")
     with monkeypatch.context() as m:
@@ -933,8 +1085,7 @@ def test_a_kill_at_every_file_operation_of_train_resumes_bit_identically(tmp_pat
         shutil.rmtree(out)
 
 
-def test_a_kill_at_every_file_operation_of_a_store_write_leaves_the_old_or_the_new_store(family, tmp_path,
-                                                                                          monkeypatch):
+def test_a_kill_at_every_file_operation_of_a_store_write_leaves_the_old_or_the_new_store(family, tmp_path, monkeypatch):
     """The store holds the first run; the second (trained, measured here) is added. A kill at any file
     operation of the run leaves the old store or the new one, whole, and a rerun completes it."""
     monkeypatch.setattr(runner, "_pool", _thread_pool)
@@ -943,8 +1094,13 @@ def test_a_kill_at_every_file_operation_of_a_store_write_leaves_the_old_or_the_n
     for spec in ds.specs:  # both trained: what is written in this test is the store (and the lock)
         shutil.copytree(next(s for s in family.specs if s.name == spec.name).out_dir, spec.out_dir)
     first = [p for p in load_profiles(family.store)[0] if p.run == "rope-s0"]
-    save_profiles(ds.store, first, ds.about, ds.dtype, {k: c for k, c in runner.load_curves(family.store).items()
-                                                        if k[0] == "rope-s0"})
+    save_profiles(
+        ds.store,
+        first,
+        ds.about,
+        ds.dtype,
+        {k: c for k, c in runner.load_curves(family.store).items() if k[0] == "rope-s0"},
+    )
     old = ds.store.read_bytes()
     with monkeypatch.context() as m:
         counter = _KillAt(m, None)
@@ -991,15 +1147,29 @@ runner.run_datasets_distributed([t._dataset(Path(sys.argv[2]))], progress=False)
 """
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_under_torchrun_merge_the_store_of_a_single_process_run(family, tmp_path):
     """torchrun --nproc-per-node 2 on CPU: each rank trains and measures one of the two runs into its part;
     rank 0 merges them: the same model bytes and store tensors as the single-process run, no part left."""
     driver = tmp_path / "driver.py"
     driver.write_text(DISTRIBUTED_DRIVER)
     ds = _dataset(tmp_path / "root")
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          str(driver), str(TESTS), str(tmp_path / "root")], capture_output=True, text=True,
-                         timeout=BOUND_S * 2)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(driver),
+            str(TESTS),
+            str(tmp_path / "root"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S * 2,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert [(tmp_path / "root" / f"rank-{r}.txt").read_text() for r in (0, 1)] == ["rope-s0\n", "alibi-s1\n"]
     _assert_same_models(ds, family)
@@ -1018,8 +1188,13 @@ def test_a_rerun_under_torchrun_merges_what_a_stopped_one_left_and_runs_the_rest
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": str(port)}.items():
+    for name, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(runner, "_die_with_parent", lambda parent: None)  # not for the test process itself
     ran, real = [], runner.train_and_measure
@@ -1048,14 +1223,16 @@ def test_family_v2_distributed_is_for_torchrun_only(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(SystemExit) as exit_info:
         cli_main(["family-v2", "--distributed"])
-    assert _one_line(exit_info) == ("error: --distributed needs torchrun: `torchrun --nproc-per-node N -m "
-                                    "attnres_helpers family-v2 --distributed`")
+    assert _one_line(exit_info) == (
+        "error: --distributed needs torchrun: `torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed`"
+    )
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(SystemExit) as exit_info:
         cli_main(["family-v2"])
-    assert _one_line(exit_info) == ("error: started by torchrun (RANK and WORLD_SIZE are set): pass --distributed, "
-                                    "or run it with plain python")
+    assert _one_line(exit_info) == (
+        "error: started by torchrun (RANK and WORLD_SIZE are set): pass --distributed, or run it with plain python"
+    )
     monkeypatch.setenv("RANK", "2")
     with pytest.raises(SystemExit) as exit_info:
         cli_main(["family-v2", "--distributed"])

@@ -16,8 +16,13 @@ L = 8
 
 
 def profile(config, encoding, seed, eval_len, bca, s_hat, nll_first, nll_past):
-    meta = {"encoding": encoding, "seed": seed, "train_len": L, "config": config,
-            "model": model_config(encoding, train_len=L).to_dict()}
+    meta = {
+        "encoding": encoding,
+        "seed": seed,
+        "train_len": L,
+        "config": config,
+        "model": model_config(encoding, train_len=L).to_dict(),
+    }
     nll = torch.tensor([nll_first] * L + [nll_past] * (eval_len - L), dtype=torch.float64)
     return Profile(f"{config}-s{seed}".replace(" ", "-"), meta, eval_len, bca, s_hat, nll)
 
@@ -34,17 +39,27 @@ def test_family_points_are_seed_means_of_same_window_rises_and_upper_layer_r():
     point = points[0]
     assert point.values["rise 2L"] == pytest.approx(np.mean([math.exp(0.5), math.exp(0.2)]), rel=1e-12)
     assert point.values["rise 4L"] == pytest.approx(point.values["rise 2L"], rel=1e-12)  # the same NLL steps
-    upper = [float(layer_resolution(p.s_hat.double(), "mean-scores", "zero")[1:].mean())
-             for p in profiles if p.eval_len == 2 * L]
+    upper = [
+        float(layer_resolution(p.s_hat.double(), "mean-scores", "zero")[1:].mean())
+        for p in profiles
+        if p.eval_len == 2 * L
+    ]
     assert point.values["R(2L) upper"] == pytest.approx(np.mean(upper), rel=1e-6)
     assert point.per_seed["rise 2L"].keys() == {0, 1}
     assert 0 < point.values["design R(2L)"] < 1
 
 
 def synthetic(predictor, outcome, bca, settings, family="rope"):
-    return [Point(s, family if i % 3 else "alibi", b, {"R(2L) upper": x, "rise 2L": y, "design R(2L)": x ** 2,
-                                                       "R(2L) mean": -y}, {"rise 2L": {0: y, 1: y}})
-            for i, (x, y, b, s) in enumerate(zip(predictor, outcome, bca, settings))]
+    return [
+        Point(
+            s,
+            family if i % 3 else "alibi",
+            b,
+            {"R(2L) upper": x, "rise 2L": y, "design R(2L)": x**2, "R(2L) mean": -y},
+            {"rise 2L": {0: y, 1: y}},
+        )
+        for i, (x, y, b, s) in enumerate(zip(predictor, outcome, bca, settings))
+    ]
 
 
 FAST = {"n_resamples": 500, "rng": 0}
@@ -97,10 +112,25 @@ def test_missing_columns_and_empty_stores_are_refused():
 
 # ---------------------------------------------------------------------------------------------- plan v2
 
+
 def synthetic_v2(x, rise, copy, bca, settings, families):
-    return [Point(s, f, b, {"R(2L) upper": xi, "drop upper": xi / 2, "R(2L) mean": xi + 1, "design R(2L)": -xi,
-                            "rise 2L": r, "copy past L": c}, {"rise 2L": {0: r}})
-            for xi, r, c, b, s, f in zip(x, rise, copy, bca, settings, families)]
+    return [
+        Point(
+            s,
+            f,
+            b,
+            {
+                "R(2L) upper": xi,
+                "drop upper": xi / 2,
+                "R(2L) mean": xi + 1,
+                "design R(2L)": -xi,
+                "rise 2L": r,
+                "copy past L": c,
+            },
+            {"rise 2L": {0: r}},
+        )
+        for xi, r, c, b, s, f in zip(x, rise, copy, bca, settings, families)
+    ]
 
 
 def test_v2_support_within_the_mask_and_the_copy_outcome():
@@ -140,8 +170,14 @@ def test_v2_wrong_sign_is_evidence_against_and_noise_is_inconclusive():
     assert analysis.verdict_v2(analysis.test_v2(against, "R(2L) upper", "rise 2L", **FAST))[0] == analysis.AGAINST
     assert analysis.verdict_v2(analysis.test_v2(against, "R(2L) upper", "copy past L", **FAST))[0] == analysis.AGAINST
     rng = np.random.default_rng(4)
-    noise = synthetic_v2(rng.random(2 * n), rng.random(2 * n), rng.random(2 * n), [False] * n + [True] * n,
-                         [f"s{i}" for i in range(n)] * 2, fams)
+    noise = synthetic_v2(
+        rng.random(2 * n),
+        rng.random(2 * n),
+        rng.random(2 * n),
+        [False] * n + [True] * n,
+        [f"s{i}" for i in range(n)] * 2,
+        fams,
+    )
     assert analysis.verdict_v2(analysis.test_v2(noise, "R(2L) upper", "rise 2L", **FAST))[0] == analysis.INCONCLUSIVE
 
 
@@ -159,11 +195,13 @@ def test_stratified_permutation_keeps_each_stratum():
 
 
 def test_base_bound_and_regime_check():
-    assert analysis.base_bound(256) == pytest.approx(0.0424 * 256 ** 1.628)
+    assert analysis.base_bound(256) == pytest.approx(0.0424 * 256**1.628)
     points = [Point(f"rope base {b}", "rope", False, {"rise 2L": r}, {}) for b, r in ((100, 2.0), (10000, 1.5))]
     rows = analysis.base_bound_table(points, 128)
     assert [r["predicted to keep 2L"] for r in rows] == [False, True]
-    regime = [Point("rope base 10000", "rope", False, {}, {"ppl past L 2L": {0: 6.0, 1: 5.0, 2: 7.0}}),
-              Point("alibi slopes x1", "alibi", False, {}, {"ppl past L 2L": {0: 5.5, 1: 5.5, 2: 5.5}})]
+    regime = [
+        Point("rope base 10000", "rope", False, {}, {"ppl past L 2L": {0: 6.0, 1: 5.0, 2: 7.0}}),
+        Point("alibi slopes x1", "alibi", False, {}, {"ppl past L 2L": {0: 5.5, 1: 5.5, 2: 5.5}}),
+    ]
     check = analysis.regime_check(regime)
     assert (check["worse"], check["of"], check["holds"]) == (2, 3, True)

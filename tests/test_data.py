@@ -39,8 +39,12 @@ def test_shipped_corpus_matches_its_sha256_and_readme():
 def test_build_script_reproduces_the_shipped_corpus(tmp_path):
     # A fresh interpreter: libraries imported here (torch, pytest) monkeypatch stdlib functions.
     out = tmp_path / "rebuilt.txt.gz"
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_corpus.py"), "--out", str(out)],
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build_corpus.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert CORPUS_SHA256 in run.stdout
     assert load_corpus(out) == load_corpus()
 
@@ -74,11 +78,11 @@ def test_split_interleaves_blocks_and_loses_nothing():
     train, val = train_val_split(tokens, block=7, val_every=4)
     # blocks 3, 7, 11, ... (0-based) are validation: 1000 // 7 = 142 full blocks + one of 6 tokens (block 142)
     val_starts = range(3 * 7, 1000, 4 * 7)
-    assert torch.equal(val, torch.cat([tokens[s:s + 7] for s in val_starts]))
+    assert torch.equal(val, torch.cat([tokens[s : s + 7] for s in val_starts]))
     assert len(train) + len(val) == 1000
     kept = torch.ones(1000, dtype=torch.bool)
     for s in val_starts:
-        kept[s:s + 7] = False
+        kept[s : s + 7] = False
     assert torch.equal(train, tokens[kept])
 
 
@@ -117,13 +121,16 @@ def test_eval_windows_are_disjoint_evenly_spaced_and_cover_both_ends():
     assert torch.equal(eval_windows(tokens, T=9, max_windows=500), windows)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda t: get_batch(t, 4, 10, torch.Generator()), "too few"),
-    (lambda t: get_batch(t, 0, 4, torch.Generator()), "batch_size"),
-    (lambda t: eval_windows(t, 0), "T must be"),
-    (lambda t: eval_windows(t, 4, max_windows=0), "max_windows"),
-    (lambda t: train_val_split(t, block=2, val_every=10), "fewer than"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda t: get_batch(t, 4, 10, torch.Generator()), "too few"),
+        (lambda t: get_batch(t, 0, 4, torch.Generator()), "batch_size"),
+        (lambda t: eval_windows(t, 0), "T must be"),
+        (lambda t: eval_windows(t, 4, max_windows=0), "max_windows"),
+        (lambda t: train_val_split(t, block=2, val_every=10), "fewer than"),
+    ],
+)
 def test_bad_arguments_raise_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call(torch.arange(10))

@@ -16,12 +16,27 @@ LAYERS = [
     {"measure", "stats", "hf"},  # measuring: our models, statistics, transformers' models
     {"checkpoints", "train"},  # loading and training (an HF-built checkpoint needs hf's config)
     {"experiments"},  # what is trained, and the one runner
-    {"analysis", "tables", "real_model", "plots", "widgets"},  # queries and pictures over stores
+    {
+        "analysis",
+        "tables",
+        "checks",
+        "real_model",
+        "plots",
+        "family_plots",
+        "widgets",
+    },  # queries and pictures over stores
     {"__main__", "__init__"},
 ]
 # Modules that may compute R from scores of their own (design-time curves and illustrative profiles),
 # against those that read stored ŝ and must ask the store (Profile.layer_resolutions).
-STORE_CONSUMERS = ["tables.py", "analysis.py", "real_model.py", "widgets/trained.py", "widgets/trained_figure.py"]
+STORE_CONSUMERS = [
+    "tables.py",
+    "checks.py",
+    "analysis.py",
+    "real_model.py",
+    "widgets/trained.py",
+    "widgets/trained_figure.py",
+]
 R_FUNCTIONS = {"resolution", "layer_resolution", "average_resolution"}
 
 
@@ -52,7 +67,7 @@ def package_imports(path: Path) -> set[str]:
             up = node.level - 1  # levels above the file's own package
             if up > depth:
                 continue
-            base = list(path.relative_to(PACKAGE).parts[:depth - up]) if depth - up > 0 else []
+            base = list(path.relative_to(PACKAGE).parts[: depth - up]) if depth - up > 0 else []
             target = base + (node.module.split(".") if node.module else [])
             if target:
                 found.add(target[0])
@@ -81,6 +96,9 @@ def test_consumers_of_a_store_ask_it_for_r(name):
     """tables, analysis, real_model and the trained explorer read stored ŝ: they never call metric's R
     functions themselves (a mutation that computes R from raw ŝ in one of them turns this red)."""
     tree = ast.parse((PACKAGE / name).read_text())
-    calls = {node.func.id if isinstance(node.func, ast.Name) else node.func.attr
-             for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))}
+    calls = {
+        node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))
+    }
     assert not calls & R_FUNCTIONS, f"{name} computes R itself ({sorted(calls & R_FUNCTIONS)}): use the store's query"

@@ -9,7 +9,10 @@ from hypothesis import strategies as st
 
 from attnres_helpers.encodings import (
     DESIGN_CURVES,
+    SCALE_LIMIT,
+    alibi_score_curve,
     alibi_slopes,
+    curve_pair,
     default_params,
     kerple_log_score_curve,
     resolution_pair,
@@ -17,6 +20,7 @@ from attnres_helpers.encodings import (
     score_curve,
     sinusoidal_score_curve,
     t5_buckets,
+    t5_score_curve,
     xpos_score_curve,
 )
 from attnres_helpers.metric import resolution
@@ -42,7 +46,12 @@ def rotate(v: np.ndarray, position: int, theta: np.ndarray) -> np.ndarray:
 
 
 @settings(max_examples=40, deadline=None)
-@given(slope=st.floats(0.01, 2.0), scale=st.floats(0.1, 3.0), N=st.integers(2, 300), boundary=st.sampled_from(["zero", "drop"]))
+@given(
+    slope=st.floats(0.01, 2.0),
+    scale=st.floats(0.1, 3.0),
+    N=st.integers(2, 300),
+    boundary=st.sampled_from(["zero", "drop"]),
+)
 def test_alibi_single_slope_matches_geometric_closed_form(slope, scale, N, boundary):
     s = score_curve("alibi", N, slope=slope, scale=scale)  # (N,)
     x = math.exp(-slope * scale)
@@ -102,8 +111,13 @@ def test_xpos_equals_explicitly_scaled_and_rotated_ones():
     theta = base ** (-np.arange(0, d, 2) / d)
     zeta = np.repeat((np.arange(0, d, 2) / d + gamma) / (1 + gamma), 2)  # (d,), per coordinate
     ones = np.ones(d)
-    explicit = [rotate(ones * zeta ** (m / B), m, theta) @ rotate(ones * zeta ** (-(m - n) / B), m - n, theta) / 2 for n in range(N)]
-    np.testing.assert_allclose(xpos_score_curve(N, head_dim=d, base=base, gamma=gamma, scale_base=B, scale=d / 2), explicit, atol=1e-10)
+    explicit = [
+        rotate(ones * zeta ** (m / B), m, theta) @ rotate(ones * zeta ** (-(m - n) / B), m - n, theta) / 2
+        for n in range(N)
+    ]
+    np.testing.assert_allclose(
+        xpos_score_curve(N, head_dim=d, base=base, gamma=gamma, scale_base=B, scale=d / 2), explicit, atol=1e-10
+    )
 
 
 def test_xpos_tends_to_rope_as_gamma_grows():
@@ -115,7 +129,10 @@ def test_xpos_tends_to_rope_as_gamma_grows():
 
 
 def test_sinusoidal_curve_is_the_rope_curve_and_the_pe_dot_product():
-    np.testing.assert_array_equal(sinusoidal_score_curve(500, head_dim=32, base=500.0, scale=3.0), rope_score_curve(500, head_dim=32, base=500.0, scale=3.0))
+    np.testing.assert_array_equal(
+        sinusoidal_score_curve(500, head_dim=32, base=500.0, scale=3.0),
+        rope_score_curve(500, head_dim=32, base=500.0, scale=3.0),
+    )
     d, m, N = 16, 70, 50
     omega = 10000.0 ** (-np.arange(0, d, 2) / d)
 
@@ -224,9 +241,19 @@ def test_every_encoding_responds_to_scale_except_nope():
         (lambda: score_curve("alibi", 16, heads=0), r"heads=0 is outside its range \[1, 64\]"),
         (lambda: score_curve("alibi", 16, heads=2.5), "heads must be an integer"),
         (lambda: score_curve("kerple-power", 16, p=3.0), r"p=3 is outside its range"),
-        (lambda: score_curve("t5", 16, num_buckets=128, max_distance=8), "max_distance must exceed num_buckets // 2 = 64"),
-        (lambda: score_curve("rope", 16, gamma=0.4), "rope has no parameter 'gamma'; its parameters: head_dim, base, rho, scale"),
-        (lambda: score_curve("roformer", 16), "unknown encoding 'roformer'; known encodings: sinusoidal, rope, xpos, alibi, nope, kerple-log, kerple-power, t5"),
+        (
+            lambda: score_curve("t5", 16, num_buckets=128, max_distance=8),
+            "max_distance must exceed num_buckets // 2 = 64",
+        ),
+        (
+            lambda: score_curve("rope", 16, gamma=0.4),
+            "rope has no parameter 'gamma'; its parameters: head_dim, base, rho, scale",
+        ),
+        (
+            lambda: score_curve("roformer", 16),
+            "unknown encoding 'roformer'; known encodings: sinusoidal, rope, xpos, alibi, nope, kerple-log, "
+            "kerple-power, t5",
+        ),
         (lambda: resolution_pair("rope", 16, boundary="open"), "unknown boundary"),
         (lambda: resolution_pair("alibi", 16, head_mode="max"), "unknown head_mode"),
     ],
@@ -234,3 +261,56 @@ def test_every_encoding_responds_to_scale_except_nope():
 def test_bad_parameters_raise_value_errors_that_name_them(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# ------------------------------------------------------------ bad input at the door (adversarial review, round 2)
+
+
+@pytest.mark.parametrize("name", [["rope"], ("rope",), None, 3])
+def test_score_curve_name_must_be_a_string(name):
+    with pytest.raises(ValueError, match="must be a string.*known encodings: sinusoidal, rope, xpos, alibi"):
+        score_curve(name, 8)
+
+
+# --- 6. upper bounds on scale-like parameters ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: score_curve("alibi", 16, slope=1e308), r"slope must lie in \[0, 1e\+06\], got 1e\+308"),
+        (lambda: alibi_score_curve(16, slope=1e7), r"slope must lie in \[0, 1e\+06\]"),
+        (lambda: alibi_score_curve(16, scale=1e308), r"scale must lie in \[-1e\+06, 1e\+06\]"),
+        (lambda: rope_score_curve(16, scale=-1e308), r"scale must lie in \[-1e\+06, 1e\+06\]"),
+        (lambda: kerple_log_score_curve(16, p=1e308, scale=1e308), r"p must lie in \[0, 1e\+06\]"),
+        (lambda: kerple_log_score_curve(16, a=1e300), r"a must lie in \[0, 1e\+06\]"),
+        (lambda: t5_score_curve(16, bias_decay=1e300), r"bias_decay must lie in \[0, 1e\+06\]"),
+    ],
+)
+def test_scale_like_parameters_have_a_finite_upper_bound(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_the_largest_allowed_slope_still_gives_a_finite_resolution():
+    assert resolution(score_curve("alibi", 4096, slope=SCALE_LIMIT, scale=1.0)) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="slope must be >= 0"):  # the lower bound's message is unchanged
+        score_curve("alibi", 16, slope=-0.1)
+
+
+# --- 7. curve_pair needs 2L distances -----------------------------------------------------
+
+
+def test_curve_pair_refuses_a_curve_that_is_not_2L_long():
+    curve = score_curve("rope", 16)
+    assert curve_pair(curve, 8) == resolution_pair("rope", 8)
+    for L in (16, 20, 5):
+        with pytest.raises(ValueError, match=rf"2L = {2 * L} distances .* for L = {L}, got 16"):
+            curve_pair(curve, L)
+    with pytest.raises(ValueError, match=r"2L = 32 distances"):
+        curve_pair(score_curve("alibi", 16), 16)  # (H, N) too
+    with pytest.raises(ValueError, match="L must be an integer >= 2"):
+        curve_pair(curve, 1)
+
+
+# --- 8. messages name the L the user gave -------------------------------------------------

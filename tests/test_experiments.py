@@ -43,10 +43,14 @@ def test_reproduce_writes_every_checkpoint_and_the_store(tiny_run):
     # rope: 2 lengths x (no BCA, BCA); sinusoidal: 2 lengths, no BCA
     assert sorted((p.run, p.eval_len, p.bca) for p in profiles) == sorted(
         [(f"rope-s{s}", T, bca) for s in SEEDS for T in (16, 32) for bca in (False, True)]
-        + [(f"sinusoidal-s{s}", T, False) for s in SEEDS for T in (16, 32)])
+        + [(f"sinusoidal-s{s}", T, False) for s in SEEDS for T in (16, 32)]
+    )
     loaded, about = load_profiles(store)
-    assert about == {"command": experiments.REPRODUCE_COMMAND, "measure": {"multiples": [1, 2], "n_windows": 3},
-                     "training": TINY_TRAINING}
+    assert about == {
+        "command": experiments.REPRODUCE_COMMAND,
+        "measure": {"multiples": [1, 2], "n_windows": 3},
+        "training": TINY_TRAINING,
+    }
     assert sorted(p.key for p in loaded) == sorted(p.key for p in profiles)
     by_key = {p.key: p for p in profiles}
     for p in loaded:  # float32 store: exactly the measured arrays
@@ -61,8 +65,9 @@ def test_load_results_are_the_records_of_the_store(tiny_run):
     _, store, profiles, _ = tiny_run
     shipped = experiments.load_results(store)
     again = records(load_profiles(store)[0])
-    assert [{k: v for k, v in r.items() if "resolution" not in k} for r in shipped] == \
-        [{k: v for k, v in r.items() if "resolution" not in k} for r in again]
+    assert [{k: v for k, v in r.items() if "resolution" not in k} for r in shipped] == [
+        {k: v for k, v in r.items() if "resolution" not in k} for r in again
+    ]
     for a, b in zip(shipped, again):  # R to float precision: SIMD reductions may round differently run to run
         assert a["resolution"] == pytest.approx(b["resolution"], rel=1e-12, abs=1e-15)
         assert a["resolution_sink_free"] == pytest.approx(b["resolution_sink_free"], rel=1e-12, abs=1e-15)
@@ -75,8 +80,9 @@ def test_load_results_are_the_records_of_the_store(tiny_run):
     drop = experiments.load_results(store, boundary="drop")
     assert [r["boundary"] for r in drop] == ["drop"] * len(shipped)
     for a, b in zip(drop, shipped):
-        assert {k: v for k, v in a.items() if k != "boundary" and "resolution" not in k} == \
-            {k: v for k, v in b.items() if k != "boundary" and "resolution" not in k}
+        assert {k: v for k, v in a.items() if k != "boundary" and "resolution" not in k} == {
+            k: v for k, v in b.items() if k != "boundary" and "resolution" not in k
+        }
         if a["bca"] and a["eval_len"] > a["train_len"]:  # BCA masks the far distances: p_{N-1} = 0, no boundary term
             assert a["resolution"] == pytest.approx(b["resolution"], rel=1e-12)
         else:  # drop leaves out the last term, p_{N-1}² > 0
@@ -98,7 +104,8 @@ def test_sha256sums_name_every_checkpoint_file(tiny_run):
     assert len(lines) == 2 * 2 * 3  # 4 models x (weights, config, their own SHA256SUMS)
     assert all(len(line.split("  ")[0]) == 64 for line in lines)
     assert sorted(line.split("  ")[1] for line in lines) == sorted(
-        f"{e}-s{s}/{f}" for e in ENCODINGS for s in SEEDS for f in ("SHA256SUMS", "config.json", "model.safetensors"))
+        f"{e}-s{s}/{f}" for e in ENCODINGS for s in SEEDS for f in ("SHA256SUMS", "config.json", "model.safetensors")
+    )
     assert experiments.sha256sums(root) == (root / "SHA256SUMS").read_text()
     experiments.verify_checkpoints(root)  # no error
 
@@ -115,11 +122,14 @@ def _rope_to_alibi(path):
     path.write_text(text.replace('"rope"', '"alibi"'))
 
 
-@pytest.mark.parametrize("name, tamper", [
-    ("rope-s0/model.safetensors", _flip_byte),
-    ("rope-s0/config.json", _rope_to_alibi),
-    ("sinusoidal-s1/model.safetensors", lambda p: _flip_byte(p, offset=200)),
-])
+@pytest.mark.parametrize(
+    "name, tamper",
+    [
+        ("rope-s0/model.safetensors", _flip_byte),
+        ("rope-s0/config.json", _rope_to_alibi),
+        ("sinusoidal-s1/model.safetensors", lambda p: _flip_byte(p, offset=200)),
+    ],
+)
 def test_a_tampered_checkpoint_is_refused(tiny_run, tmp_path, name, tamper):
     root = shutil.copytree(tiny_run[0], tmp_path / "ckpt")
     experiments.verify_checkpoints(root)
@@ -185,8 +195,7 @@ def test_family_settings():
     assert alibi.cfg.alibi_slope_scale == 0.25 and alibi.meta["params"] == {"alibi_slope_scale": 0.25}
     assert by_name["rope-base-100000-s0"].cfg.rope_base == 1e5
     assert {s.cfg.encoding for s in specs} == {"rope", "xpos", "alibi", "sinusoidal", "nope"}
-    assert all(s.training == {**experiments.TRAINING, "steps": 400, "warmup": 40} and s.cfg.n_layer == 4
-               for s in specs)
+    assert all(s.training == {**experiments.TRAINING, "steps": 400, "warmup": 40} and s.cfg.n_layer == 4 for s in specs)
     assert all(s.meta["training"]["steps"] == 400 and s.meta["training"]["weight_decay"] == 0.1 for s in specs)
     assert [s.seed for s in specs] == [0] * 21 + [1] * 21  # seed by seed: a stopped run keeps every member
     ds = experiments.family_dataset(seeds=(0,), device="cuda")
@@ -195,8 +204,15 @@ def test_family_settings():
 
 def test_run_datasets_trains_measures_and_then_keeps(tmp_path):
     """One tiny run through the process pool; a second call finds it in the store and re-runs nothing."""
-    spec = experiments.RunSpec("tiny-rope-s3", preset("tiny"), 3, tmp_path / "runs" / "tiny-rope-s3",
-                               training=TINY_TRAINING, extra={"config": "tiny"}, measure=dict(TINY_MEASURE))
+    spec = experiments.RunSpec(
+        "tiny-rope-s3",
+        preset("tiny"),
+        3,
+        tmp_path / "runs" / "tiny-rope-s3",
+        training=TINY_TRAINING,
+        extra={"config": "tiny"},
+        measure=dict(TINY_MEASURE),
+    )
     store = tmp_path / "store.safetensors"
     ds = experiments.Dataset(store, [spec], {"command": "test"})
     kept = experiments.run_datasets([ds], jobs=1, progress=False)[store]
@@ -204,15 +220,30 @@ def test_run_datasets_trains_measures_and_then_keeps(tmp_path):
     loaded, about = load_profiles(store)
     assert about == {"command": "test"} and [p.key for p in loaded] == sorted(p.key for p in kept)
     meta = loaded[0].meta
-    assert meta["config"] == "tiny" and meta["seed"] == 3 and set(meta["trained"]) == {
-        "train_loss", "val_loss", "wall_s", "tokens_per_s", "device"}
+    assert (
+        meta["config"] == "tiny"
+        and meta["seed"] == 3
+        and set(meta["trained"]) == {"train_loss", "val_loss", "wall_s", "tokens_per_s", "device"}
+    )
     before = store.stat().st_mtime_ns
     again = experiments.run_datasets([ds], jobs=1, progress=False)[store]
     assert store.stat().st_mtime_ns == before and [p.key for p in again] == [p.key for p in loaded]
     # a spec whose metadata changed is run again
-    changed = experiments.Dataset(store, [experiments.RunSpec(spec.name, spec.cfg, spec.seed, tmp_path / "other",
-                                                              TINY_TRAINING, {"config": "tiny, changed"},
-                                                              dict(TINY_MEASURE))], {"command": "test"})
+    changed = experiments.Dataset(
+        store,
+        [
+            experiments.RunSpec(
+                spec.name,
+                spec.cfg,
+                spec.seed,
+                tmp_path / "other",
+                TINY_TRAINING,
+                {"config": "tiny, changed"},
+                dict(TINY_MEASURE),
+            )
+        ],
+        {"command": "test"},
+    )
     rerun = experiments.run_datasets([changed], jobs=1, progress=False)[store]
     assert {p.meta["config"] for p in rerun} == {"tiny, changed"}
     assert {p.meta["config"] for p in load_profiles(store)[0]} == {"tiny, changed"}
@@ -221,8 +252,15 @@ def test_run_datasets_trains_measures_and_then_keeps(tmp_path):
 def test_a_dataset_that_averages_heads_stores_the_head_means_as_int16_codes(tmp_path):
     """average_heads: one "head" per layer, mean-scores R as from every head, mean-R not recorded;
     the copy probe stored beside the profiles where the spec asks for it."""
-    spec = experiments.RunSpec("tiny-rope-s4", preset("tiny"), 4, tmp_path / "runs" / "tiny-rope-s4",
-                               training=TINY_TRAINING, measure=dict(TINY_MEASURE), probe=True)
+    spec = experiments.RunSpec(
+        "tiny-rope-s4",
+        preset("tiny"),
+        4,
+        tmp_path / "runs" / "tiny-rope-s4",
+        training=TINY_TRAINING,
+        measure=dict(TINY_MEASURE),
+        probe=True,
+    )
     store = tmp_path / "store.safetensors"
     full = experiments.run_datasets([experiments.Dataset(store, [spec], {})], jobs=1, progress=False)[store]
     averaged = tmp_path / "averaged.safetensors"

@@ -1,8 +1,6 @@
 """attnres_helpers.hf: capture of Hugging Face causal LMs, built from tiny configs (no network)."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -22,8 +20,13 @@ ROPE_VARIANTS = {
     "linear": {"rope_type": "linear", "factor": 2.0},
     "dynamic": {"rope_type": "dynamic", "factor": 2.0},
     "yarn": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": CTX},
-    "llama3": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 16},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 4.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    },
 }
 
 
@@ -32,26 +35,57 @@ def tiny(model_type: str, implementation: str = "eager", **extra):
     torch.manual_seed(0)
     common = {"vocab_size": 256, "tie_word_embeddings": True, **extra}
     if model_type == "opt":
-        cfg = transformers.OPTConfig(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=H, ffn_dim=2 * D,
-                                     word_embed_proj_dim=D, max_position_embeddings=CTX, **common)
+        cfg = transformers.OPTConfig(
+            hidden_size=D,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=H,
+            ffn_dim=2 * D,
+            word_embed_proj_dim=D,
+            max_position_embeddings=CTX,
+            **common,
+        )
     elif model_type == "gemma2":
-        cfg = transformers.Gemma2Config(hidden_size=D, intermediate_size=2 * D, num_hidden_layers=LAYERS,
-                                        num_attention_heads=H, num_key_value_heads=2, head_dim=D // H, **common)
+        cfg = transformers.Gemma2Config(
+            hidden_size=D,
+            intermediate_size=2 * D,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=H,
+            num_key_value_heads=2,
+            head_dim=D // H,
+            **common,
+        )
     elif model_type == "falcon":
         cfg = transformers.FalconConfig(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=H, **common)
     elif model_type in ("llama", "mistral", "qwen2"):
-        cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
-               "qwen2": transformers.Qwen2Config}[model_type]
-        cfg = cls(hidden_size=D, intermediate_size=2 * D, num_hidden_layers=LAYERS, num_attention_heads=H,
-                  num_key_value_heads=2, max_position_embeddings=CTX, **common)
+        cls = {
+            "llama": transformers.LlamaConfig,
+            "mistral": transformers.MistralConfig,
+            "qwen2": transformers.Qwen2Config,
+        }[model_type]
+        cfg = cls(
+            hidden_size=D,
+            intermediate_size=2 * D,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=H,
+            num_key_value_heads=2,
+            max_position_embeddings=CTX,
+            **common,
+        )
     elif model_type == "gpt_neox":
-        cfg = transformers.GPTNeoXConfig(hidden_size=D, intermediate_size=2 * D, num_hidden_layers=LAYERS,
-                                         num_attention_heads=H, max_position_embeddings=CTX, **common)
+        cfg = transformers.GPTNeoXConfig(
+            hidden_size=D,
+            intermediate_size=2 * D,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=H,
+            max_position_embeddings=CTX,
+            **common,
+        )
     elif model_type == "bloom":
         cfg = transformers.BloomConfig(hidden_size=D, n_layer=LAYERS, n_head=H, **common)
     elif model_type == "gpt2":
-        cfg = transformers.GPT2Config(n_embd=D, n_layer=LAYERS, n_head=H, n_positions=CTX, bos_token_id=None,
-                                      eos_token_id=None, **common)
+        cfg = transformers.GPT2Config(
+            n_embd=D, n_layer=LAYERS, n_head=H, n_positions=CTX, bos_token_id=None, eos_token_id=None, **common
+        )
     else:
         raise AssertionError(model_type)
     if model_type == "bloom":
@@ -126,7 +160,9 @@ def test_bloom_with_zero_qk_is_minus_slope_times_distance():
     n = torch.arange(40, dtype=torch.float64)
     for layer in s_hat:
         torch.testing.assert_close(layer, -slopes[:, None] * n, rtol=1e-6, atol=1e-6)
-    raw = hf.captured_s_hat(model, ids(40), "explicit", form="raw")  # slope · key index: mean over rows i ≥ n of m·(i−n)
+    raw = hf.captured_s_hat(
+        model, ids(40), "explicit", form="raw"
+    )  # slope · key index: mean over rows i ≥ n of m·(i−n)
     assert (raw[0, :, 0] > 0).all()  # the raw form is not −m·n: a per-row constant moved it
 
 
@@ -236,14 +272,15 @@ def test_window_statistics_equal_the_explicit_path(model_type):
         nll = torch.nn.functional.cross_entropy(logits[0].float(), window[1:], reduction="none").double()
         torch.testing.assert_close(stats["nll"], nll, rtol=1e-5, atol=1e-5)
         if block is not None:
-            assert torch.isneginf(stats["s_hat"][..., 2 * block:]).all()
+            assert torch.isneginf(stats["s_hat"][..., 2 * block :]).all()
 
 
 @pytest.mark.parametrize("architecture", hf.HF_ARCHITECTURES)
 def test_hf_architectures_train_and_reload_through_the_project_trainer(tmp_path, architecture):
     cfg = hf.HFConfig(architecture, train_len=16, n_layer=1, n_head=2, d_model=16)
-    model, summary = train(cfg, steps=2, batch_tokens=32, warmup=1, out_dir=tmp_path, checkpoint_every=1,
-                           progress=False)
+    model, summary = train(
+        cfg, steps=2, batch_tokens=32, warmup=1, out_dir=tmp_path, checkpoint_every=1, progress=False
+    )
     assert summary["model"] == cfg.to_dict() and len(summary["results"]["losses"]) == 2
     loaded = load_checkpoint(tmp_path)
     assert isinstance(loaded, hf.HFCausalLM) and loaded.cfg == cfg
@@ -259,7 +296,6 @@ def test_measure_pretrained_from_a_local_folder(tmp_path):
     assert {r["encoding"] for r in recs} == {"rope"} and all(0 <= r["resolution"] <= 1 for r in recs)
 
 
-def test_cli_measure_hf_error_is_one_line(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "attnres_helpers", "measure-hf", "--model", str(tmp_path / "none")],
-                         capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+def test_cli_measure_hf_error_is_one_line(cli, tmp_path):
+    out = cli("measure-hf", "--model", str(tmp_path / "none"))
     assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error:")

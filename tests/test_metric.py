@@ -12,9 +12,6 @@ import math
 import types
 from pathlib import Path
 
-import attnres_helpers
-import attnres_helpers.metric
-
 import numpy as np
 import pytest
 import torch
@@ -22,12 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+import attnres_helpers
+import attnres_helpers.metric
 from attnres_helpers.metric import (
     BOUNDARIES,
     HEAD_MODES,
     ScoreAccumulator,
     average_resolution,
     expected_scores,
+    expected_scores_fft,
     layer_resolution,
     resolution,
 )
@@ -160,11 +160,7 @@ def test_zero_boundary_cannot_tell_a_profile_from_its_reverse():
 score_profiles = arrays(
     np.float64,
     st.integers(2, 40),
-    elements=st.one_of(
-        st.floats(-1e4, 1e4, allow_nan=False),
-        st.floats(-30, 30, allow_nan=False),
-        st.just(NEG_INF),
-    ),
+    elements=st.one_of(st.floats(-1e4, 1e4, allow_nan=False), st.floats(-30, 30, allow_nan=False), st.just(NEG_INF)),
 ).filter(lambda s: np.isfinite(s).any())
 
 
@@ -482,3 +478,188 @@ def test_resolution_is_the_function_only():
     assert attnres_helpers.DESIGN_CURVES is importlib.import_module("attnres_helpers.encodings").DESIGN_CURVES
     assert not hasattr(importlib.import_module("attnres_helpers.encodings"), "ENCODINGS")
     assert not hasattr(importlib.import_module("attnres_helpers.model"), "ENCODINGS")
+
+
+# ---------------------------------------------------------------------- ŝ by FFT from q and k (expected_scores_fft)
+
+
+def explicit(q, k, scale):
+    T = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    return expected_scores(scores.double()).mean(0)  # (H, T)
+
+
+@pytest.mark.parametrize("T", [2, 7, 64, 129])
+def test_fft_matches_the_explicit_path(T):
+    g = torch.Generator().manual_seed(T)
+    q, k = torch.randn(3, 2, T, 8, generator=g), torch.randn(3, 2, T, 8, generator=g)
+    fft = expected_scores_fft(q, k)
+    torch.testing.assert_close(fft, explicit(q.double(), k.double(), 1 / math.sqrt(8)), rtol=1e-9, atol=1e-9)
+
+
+def test_fft_in_float32_agrees_to_1e_4_relative_at_T_1024():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 2, 1024, 32, generator=g) + 0.5, torch.randn(1, 2, 1024, 32, generator=g) + 0.5
+    ref = explicit(q, k, 1 / math.sqrt(32))  # float32 scores, float64 sums
+    fft = expected_scores_fft(q, k)
+    assert ((fft - ref).abs() / ref.abs().clamp(min=1.0)).max() < 1e-4
+
+
+def test_known_answer_for_constant_vectors():
+    """q = k = ones: every pair scores d·scale, so ŝ[n] = √d at every distance."""
+    q = torch.ones(2, 1, 10, 16)
+    torch.testing.assert_close(expected_scores_fft(q, q), torch.full((1, 10), 4.0, dtype=torch.float64))
+
+
+def test_a_shift_is_found_at_its_distance():
+    """k_j = x_{j+3}, q_i = x_i: q_i·k_{i−n} = x_i·x_{i−n+3}, which is |x_i|², the largest, at n = 3."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1, 1, 40, 64, generator=g)
+    q, k = x[:, :, :-3], x[:, :, 3:]
+    assert int(expected_scores_fft(q, k, scale=1.0)[0].argmax()) == 3
+
+
+@pytest.mark.parametrize(
+    "q, k, match",
+    [
+        (torch.zeros(1, 1, 4), torch.zeros(1, 1, 4), r"\(B, H, T, d\)"),
+        (torch.zeros(1, 1, 4, 2), torch.zeros(1, 1, 5, 2), "same shape"),
+        (torch.full((1, 1, 4, 2), float("nan")), torch.zeros(1, 1, 4, 2), "NaN or inf"),
+        (torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2), "T >= 2"),
+        (torch.zeros(1, 1, 4, 2, dtype=torch.long), torch.zeros(1, 1, 4, 2, dtype=torch.long), "float tensor"),
+    ],
+)
+def test_bad_input_is_refused(q, k, match):
+    with pytest.raises(ValueError, match=match):
+        expected_scores_fft(q, k)
+
+
+@pytest.mark.parametrize("T, block", [(16, 4), (17, 4), (40, 8), (10, 8), (9, 4), (64, 32)])
+def test_fft_under_bca_counts_and_sink_free_equal_the_explicit_path(T, block):
+    """BCA's ŝ by FFT, the pair counts, and ŝ without the (n, 0) entries, against explicit masked scores."""
+    from attnres_helpers.metric import diagonal_counts, expected_scores, sink_free_scores
+    from attnres_helpers.model import blockwise_causal_mask
+
+    gen = torch.Generator().manual_seed(T)
+    q, k = (torch.randn(2, 3, T, 5, dtype=torch.float64, generator=gen) for _ in range(2))
+    scores = q @ k.transpose(-1, -2) / 5**0.5
+    for b in (None, block):
+        allowed = torch.ones(T, T, dtype=torch.bool).tril() if b is None else blockwise_causal_mask(T, b)
+        masked = scores.masked_fill(~allowed, float("-inf"))
+        want = expected_scores(masked).mean(0)
+        got = expected_scores_fft(q, k, block=b)
+        assert torch.equal(torch.isneginf(got), torch.isneginf(want))
+        torch.testing.assert_close(got[torch.isfinite(want)], want[torch.isfinite(want)])
+        counts = torch.stack([torch.diagonal(allowed, -n).sum() for n in range(T)]).double()
+        assert torch.equal(diagonal_counts(T, b), counts)
+        without = masked.clone()
+        without[..., :, 0] = float("-inf")
+        want_free = expected_scores(without).mean(0)
+        free = sink_free_scores(want, masked[..., :, 0].mean(0), counts)
+        assert torch.equal(torch.isneginf(free), torch.isneginf(want_free))
+        torch.testing.assert_close(free[torch.isfinite(want_free)], want_free[torch.isfinite(want_free)])
+
+
+# ------------------------------------------------------------ bad input at the door (adversarial review, round 2)
+
+
+# --- 1. expected_scores must not overflow silently ----------------------------------------
+
+
+def test_expected_scores_of_huge_finite_logits_raises_instead_of_returning_inf():
+    with pytest.raises(ValueError, match="too large to average.*overflow"):
+        expected_scores(np.full((4, 4), 1e308))
+    with pytest.raises(ValueError, match="too large to average"):
+        expected_scores(np.full((4, 4), -1e308))  # would otherwise read as a masked (-inf) distance
+    with pytest.raises(ValueError, match="too large to average"):
+        expected_scores(torch.full((2, 4, 4), 1e308, dtype=torch.float64))
+
+
+def test_expected_scores_of_large_float32_logits_are_summed_in_float64():
+    # 3e38 is finite in float32 but four of them overflow a float32 sum; the mean is 3e38
+    logits = torch.full((4, 4), 3e38, dtype=torch.float32)
+    s_hat = expected_scores(logits)
+    assert s_hat.dtype == torch.float32
+    assert torch.all(torch.isfinite(s_hat)) and torch.allclose(s_hat, logits[0], rtol=1e-6)
+
+
+def test_score_accumulator_refuses_overflowing_logits():
+    acc = ScoreAccumulator()
+    with pytest.raises(ValueError, match="too large to average"):
+        acc.update(np.full((3, 4, 4), 1e308))
+    acc = ScoreAccumulator()
+    acc.update(np.full((1, 4, 4), 2.5e307))  # one text: its sums (at most 4 entries) fit
+    acc.update(np.full((1, 4, 4), 2.5e307))  # two: the running totals overflow
+    with pytest.raises(ValueError, match="too large to average"):
+        acc.mean()
+
+
+# --- 2. empty per-head scores -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head_mode", ["mean-scores", "mean-R"])
+def test_layer_resolution_of_empty_heads_says_empty(head_mode):
+    with pytest.raises(ValueError, match=r"empty \(shape \(0, 5\)\)") as info:
+        layer_resolution(np.zeros((0, 5)), head_mode)
+    assert "NaN" not in str(info.value)
+
+
+# --- 3. 0-d input -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scalar", [np.float64(1.0), np.array(1.0), np.float32(1.0), np.int64(3), 1.0])
+def test_zero_d_scores_say_they_need_a_distances_axis(scalar):
+    with pytest.raises(ValueError, match=r"at least one axis \(distances last.*got a scalar \(0-d array\)") as info:
+        resolution(scalar)
+    assert "got 1" not in str(info.value)
+
+
+def test_zero_d_logits_report_their_real_shape():
+    with pytest.raises(ValueError, match=r"at least 2 dimensions \(\.\.\., T, T\), got shape \(\)"):
+        expected_scores(np.array(1.0))
+
+
+# --- 4. mean-scores with a head masked at some distance -----------------------------------
+
+
+def test_mean_scores_averages_each_distance_over_the_heads_that_see_it():
+    heads = np.array(
+        [[0.0, -1.0, NEG_INF, -3.0, -4.0], [0.0, -2.0, -4.0, -6.0, -8.0], [0.0, -0.5, -1.0, -1.5, -2.0]]
+    )  # (H, N): head 0 cannot see distance 2
+    finite_mean = np.array([0.0, -3.5 / 3, (-4.0 - 1.0) / 2, -10.5 / 3, -14.0 / 3])
+    for boundary in ("zero", "drop"):
+        r = layer_resolution(heads, "mean-scores", boundary)
+        assert r == pytest.approx(resolution(finite_mean, boundary), rel=1e-12)
+        assert r != pytest.approx(
+            resolution(heads.mean(0), boundary), rel=1e-3
+        )  # a plain mean drops distance 2 for all
+    torch_r = layer_resolution(torch.from_numpy(heads), "mean-scores")
+    assert float(torch_r) == pytest.approx(resolution(finite_mean), rel=1e-12)
+
+
+def test_mean_scores_keeps_a_distance_masked_in_every_head_masked():
+    heads = np.array([[0.0, -1.0, NEG_INF, -3.0], [0.0, -2.0, NEG_INF, -1.0]])
+    expected = resolution(np.array([0.0, -1.5, NEG_INF, -2.0]))
+    assert layer_resolution(heads, "mean-scores") == pytest.approx(expected, rel=1e-12)
+    # and the excluded distance really contributes nothing: same as leaving its weight at 0
+    p = np.exp([0.0, -1.5, -2.0]) / np.exp([0.0, -1.5, -2.0]).sum()
+    by_hand = p[0] * (p[0] - p[1]) + p[1] * (p[1] - 0.0) + p[2] * p[2]
+    assert expected == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_mean_scores_without_masking_is_the_plain_mean_and_nan_is_still_refused():
+    rng = np.random.default_rng(0)
+    heads = rng.normal(size=(2, 4, 12))
+    np.testing.assert_allclose(
+        layer_resolution(heads, "mean-scores"), [resolution(h.mean(0)) for h in heads], rtol=1e-12
+    )
+    with pytest.raises(ValueError, match="NaN"):
+        layer_resolution(np.array([[0.0, np.nan, 1.0], [0.0, NEG_INF, 1.0]]), "mean-scores")
+    with pytest.raises(ValueError, match=r"\+inf"):
+        layer_resolution(np.array([[0.0, np.inf, 1.0], [0.0, NEG_INF, 1.0]]), "mean-scores")
+    with pytest.raises(ValueError, match="-inf at every distance"):
+        layer_resolution(np.full((2, 3), NEG_INF), "mean-scores")
+
+
+# --- 5. a non-string encoding name --------------------------------------------------------

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from attnres_helpers.encodings import t5_buckets as t5_buckets_np
 from attnres_helpers.measure import attention_scores, measure_windows
 from attnres_helpers.model import (
     MODEL_ENCODINGS,
@@ -15,7 +16,6 @@ from attnres_helpers.model import (
     blockwise_causal_mask,
     preset,
 )
-from attnres_helpers.encodings import t5_buckets as t5_buckets_np
 from attnres_helpers.store import Profile, records
 
 
@@ -124,7 +124,7 @@ def test_rotary_scores_depend_only_on_distance(encoding):
 
 
 def test_alibi_bias_matches_slopes():
-    assert torch.allclose(alibi_slopes(8), torch.tensor([2.0 ** -k for k in range(1, 9)]))
+    assert torch.allclose(alibi_slopes(8), torch.tensor([2.0**-k for k in range(1, 9)]))
     model = tiny("alibi")
     model.blocks[0].attn.qkv.weight.data.zero_()  # q·k = 0: the score is the bias alone
     s = attention_scores(model, torch.randint(0, 256, (1, 10)))[0][0]  # (H, T, T)
@@ -178,29 +178,32 @@ def test_bad_config_rejected(kw, match):
         ModelConfig(**kw)
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(rope_base=float("nan")), "rope_base must be a finite number"),
-    (dict(rope_base=float("inf")), "rope_base must be a finite number"),
-    (dict(rope_base=-float("inf")), "rope_base must be a finite number"),
-    (dict(rope_base=2e9), r"rope_base must be in \(1, 1e9\]"),
-    (dict(n_layer=0), "n_layer must be a positive integer, got 0"),
-    (dict(n_layer=-1), "n_layer must be a positive integer, got -1"),
-    (dict(n_layer="2"), "n_layer must be a positive integer, got '2'"),
-    (dict(n_layer=2.0), "n_layer must be a positive integer, got 2.0"),
-    (dict(n_layer=True), "n_layer must be a positive integer"),
-    (dict(n_head=0), "n_head must be a positive integer, got 0"),
-    (dict(d_model=0), "d_model must be a positive integer, got 0"),
-    (dict(train_len=0), "train_len must be a positive integer"),
-    (dict(train_len=15), "even"),
-    (dict(vocab_size=0), "vocab_size must be a positive integer"),
-    (dict(xpos_gamma=float("nan")), "xpos_gamma must be a finite number"),
-    (dict(xpos_gamma=0.0), r"xpos_gamma must be in \(0, 100\]"),
-    (dict(xpos_scale_base=float("inf")), "xpos_scale_base must be a finite number"),
-    (dict(xpos_scale_base=0.0), r"xpos_scale_base in \(0, 1e9\]"),
-    (dict(xpos_scale_base="512"), "xpos_scale_base must be a finite number"),
-    (dict(alibi_slope_scale=float("nan")), "alibi_slope_scale must be a finite number"),
-    (dict(alibi_slope_scale=2e3), r"alibi_slope_scale must be in \[0, 1000\]"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(rope_base=float("nan")), "rope_base must be a finite number"),
+        (dict(rope_base=float("inf")), "rope_base must be a finite number"),
+        (dict(rope_base=-float("inf")), "rope_base must be a finite number"),
+        (dict(rope_base=2e9), r"rope_base must be in \(1, 1e9\]"),
+        (dict(n_layer=0), "n_layer must be a positive integer, got 0"),
+        (dict(n_layer=-1), "n_layer must be a positive integer, got -1"),
+        (dict(n_layer="2"), "n_layer must be a positive integer, got '2'"),
+        (dict(n_layer=2.0), "n_layer must be a positive integer, got 2.0"),
+        (dict(n_layer=True), "n_layer must be a positive integer"),
+        (dict(n_head=0), "n_head must be a positive integer, got 0"),
+        (dict(d_model=0), "d_model must be a positive integer, got 0"),
+        (dict(train_len=0), "train_len must be a positive integer"),
+        (dict(train_len=15), "even"),
+        (dict(vocab_size=0), "vocab_size must be a positive integer"),
+        (dict(xpos_gamma=float("nan")), "xpos_gamma must be a finite number"),
+        (dict(xpos_gamma=0.0), r"xpos_gamma must be in \(0, 100\]"),
+        (dict(xpos_scale_base=float("inf")), "xpos_scale_base must be a finite number"),
+        (dict(xpos_scale_base=0.0), r"xpos_scale_base in \(0, 1e9\]"),
+        (dict(xpos_scale_base="512"), "xpos_scale_base must be a finite number"),
+        (dict(alibi_slope_scale=float("nan")), "alibi_slope_scale must be a finite number"),
+        (dict(alibi_slope_scale=2e3), r"alibi_slope_scale must be in \[0, 1000\]"),
+    ],
+)
 def test_every_config_field_is_validated(kw, match):
     with pytest.raises(ValueError, match=match):
         ModelConfig(**kw)
@@ -259,8 +262,9 @@ def test_measure_on_tiny_model_gives_finite_resolution(encoding):
     m = measure_windows(model, windows, batch_size=2)
     assert m["s_hat"].shape == (model.cfg.n_layer, model.cfg.n_head, 2 * L)
     assert m["nll"].shape == (2 * L,)
-    profile = Profile("tiny", {"encoding": encoding, "seed": 0, "train_len": L}, 2 * L, False,
-                      m["s_hat"].float(), m["nll"])
+    profile = Profile(
+        "tiny", {"encoding": encoding, "seed": 0, "train_len": L}, 2 * L, False, m["s_hat"].float(), m["nll"]
+    )
     recs = records([profile])
     # 2 head modes x (2 layers + "mean" + "upper")
     assert len(recs) == 2 * (model.cfg.n_layer + 2)

@@ -35,8 +35,12 @@ def notebook_links(notebook: dict) -> list[tuple[str, str]]:
     found = []
     for i, cell in enumerate(notebook.get("cells", [])):
         texts = [_text(cell.get("source", ""))] if cell.get("cell_type") == "markdown" else []
-        texts += [_text(output["data"][kind]) for output in cell.get("outputs", []) for kind in OUTPUT_TYPES
-                  if kind in output.get("data", {})]
+        texts += [
+            _text(output["data"][kind])
+            for output in cell.get("outputs", [])
+            for kind in OUTPUT_TYPES
+            if kind in output.get("data", {})
+        ]
         found += [(f"cell {i} ({cell.get('cell_type')})", target) for text in texts for target in links_in(text)]
     state = notebook.get("metadata", {}).get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
     for model_id, model in state.get("state", {}).items():
@@ -60,7 +64,9 @@ def broken_links(path: Path) -> list[str]:
 
 def test_the_notebooks_and_their_links_are_found():
     assert len(NOTEBOOKS) >= 6, NOTEBOOKS
-    targets = {target for path in NOTEBOOKS for _, target in notebook_links(json.loads(path.read_text(encoding="utf-8")))}
+    targets = {
+        target for path in NOTEBOOKS for _, target in notebook_links(json.loads(path.read_text(encoding="utf-8")))
+    }
     assert {"../data/figures/explorer_default.png", "../data/figures/trained_explorer_default.png"} <= targets
     assert "01_deriving_resolution.ipynb" in targets  # the explorer's help text, in notebook 02's saved widget state
 
@@ -74,13 +80,24 @@ def test_a_broken_link_is_reported_with_the_notebook_and_the_link(tmp_path):
     (tmp_path / "figures").mkdir()
     (tmp_path / "figures" / "there.png").write_bytes(b"")
     cells = [
-        {"cell_type": "markdown", "source": ["![ok](figures/there.png) [web](https://example.org) [anchor](#top)\n",
-                                             "![gone](figures/missing.png)"]},
-        {"cell_type": "code", "source": "", "outputs": [{"output_type": "display_data",
-                                                         "data": {"text/html": "<a href='other.ipynb#s2'>x</a>"}}]},
+        {
+            "cell_type": "markdown",
+            "source": [
+                "![ok](figures/there.png) [web](https://example.org) [anchor](#top)\n",
+                "![gone](figures/missing.png)",
+            ],
+        },
+        {
+            "cell_type": "code",
+            "source": "",
+            "outputs": [{"output_type": "display_data", "data": {"text/html": "<a href='other.ipynb#s2'>x</a>"}}],
+        },
     ]
-    widgets = {"application/vnd.jupyter.widget-state+json": {"state": {
-        "m1": {"state": {"value": "<img src=\"figures/there.png\"> <a href=\"02_x.ipynb\">02</a>"}}}}}
+    widgets = {
+        "application/vnd.jupyter.widget-state+json": {
+            "state": {"m1": {"state": {"value": '<img src="figures/there.png"> <a href="02_x.ipynb">02</a>'}}}
+        }
+    }
     path = tmp_path / "nb.ipynb"
     path.write_text(json.dumps({"cells": cells, "metadata": {"widgets": widgets}}))
     assert broken_links(path) == [

@@ -10,8 +10,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from attnres_helpers.metric import resolution  # noqa: E402
 from attnres_helpers import store  # noqa: E402
+from attnres_helpers.metric import resolution  # noqa: E402
 from attnres_helpers.plots import (  # noqa: E402
     DISPLAY_WIDTH,
     MIN_FONT,
@@ -23,7 +23,8 @@ from attnres_helpers.plots import (  # noqa: E402
     plot_training_losses,
     save_png_atomic,
 )
-from attnres_helpers.store import Profile, records as store_records  # noqa: E402
+from attnres_helpers.store import Profile  # noqa: E402
+from attnres_helpers.store import records as store_records
 from attnres_helpers.tables import layer_table  # noqa: E402
 
 L = 16
@@ -40,8 +41,16 @@ def _profiles():
                 T = k * L
                 slopes = torch.tensor([2.0, base * (1 + seed), base * (2 + seed)], dtype=torch.float64)  # (layers,)
                 s_hat = -(slopes[:, None, None] * torch.arange(T, dtype=torch.float64)).expand(3, 2, T)
-                out.append(Profile(f"{encoding}-s{seed}", meta, T, False, s_hat.float().clone(),
-                                   torch.full((T,), 1.5, dtype=torch.float64)))
+                out.append(
+                    Profile(
+                        f"{encoding}-s{seed}",
+                        meta,
+                        T,
+                        False,
+                        s_hat.float().clone(),
+                        torch.full((T,), 1.5, dtype=torch.float64),
+                    )
+                )
     return out
 
 
@@ -60,15 +69,21 @@ def _assert_legible(fig):
 
 def test_layer_resolution_figure_is_legible_log_scaled_and_draws_the_reference_column():
     records = store_records(_profiles())
-    fig = layer_resolution_figure(records, ["steep", "flat"], columns=("R(L)", "R(2L)"), reference="steep",
-                                  ncols=3, reference_column="R(L)")
+    fig = layer_resolution_figure(
+        records, ["steep", "flat"], columns=("R(L)", "R(2L)"), reference="steep", ncols=3, reference_column="R(L)"
+    )
     _assert_legible(fig)
     visible = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in visible] == ["steep", "flat"]
     assert all(ax.get_yscale() == "log" for ax in visible)
     # The axis starts below the smallest seed value, so every bar is visible.
-    values = [v for e in ("steep", "flat") for row in layer_table(records, e) for c in ("R(L)", "R(2L)")
-              for v in row[c].values]
+    values = [
+        v
+        for e in ("steep", "flat")
+        for row in layer_table(records, e)
+        for c in ("R(L)", "R(2L)")
+        for v in row[c].values
+    ]
     assert visible[0].get_ylim()[0] < min(values)
     # The reference step line: the 'steep' per-layer R(L) means, drawn in the other panel only.
     level = [row["R(L)"].mean for row in layer_table(records, "steep")]
@@ -147,13 +162,20 @@ def _family_points(n_settings=21):
         for bca in (False, True):
             x = float(rng.random())
             y = float(i)  # twins tie in the outcome: pairs of points share a row
-            points.append(Point(f"rope base {100 * (i + 1)}", families[i % 5], bca,
-                                {"R(2L) upper": x, "rise 2L": y}, {"R(2L) upper": {0: x}, "rise 2L": {0: y}}))
+            points.append(
+                Point(
+                    f"rope base {100 * (i + 1)}",
+                    families[i % 5],
+                    bca,
+                    {"R(2L) upper": x, "rise 2L": y},
+                    {"R(2L) upper": {0: x}, "rise 2L": {0: y}},
+                )
+            )
     return points
 
 
 def test_rank_rank_labels_do_not_overlap_and_ranks_are_plotted():
-    from attnres_helpers.plots import rank_rank_figure
+    from attnres_helpers.family_plots import rank_rank_figure
     from attnres_helpers.stats import average_ranks
 
     points = _family_points()
@@ -189,7 +211,10 @@ def test_layer_softmax_takes_R_from_the_store_query(monkeypatch):
         fig, ax = plt.subplots()
         plot_layer_softmax(given, L, ax=ax, boundary="drop")
         assert [line.get_label() for line in ax.lines[:3]] == [
-            "layer 0: R = 0.125", "layer 1: R = 0.25", "layer 2: R = 0.5"]
+            "layer 0: R = 0.125",
+            "layer 1: R = 0.25",
+            "layer 2: R = 0.5",
+        ]
         plt.close(fig)
     assert calls == [("mean-scores", "drop", True)] * 3
 
@@ -215,8 +240,9 @@ def test_heads_are_averaged_over_the_heads_that_see_a_distance():
 
 
 def _figure():
-    fig = layer_resolution_figure(store_records(_profiles()), ["steep", "flat"], columns=("R(L)", "R(2L)"),
-                                  reference="steep")
+    fig = layer_resolution_figure(
+        store_records(_profiles()), ["steep", "flat"], columns=("R(L)", "R(2L)"), reference="steep"
+    )
     return fig
 
 
@@ -232,8 +258,13 @@ def test_saved_png_has_the_same_bytes_on_every_write_and_under_any_session_setti
     plt.close(fig)
     # A session with other savefig settings, and a figure drawn under a transparent facecolor (as some
     # notebook backends set), give the same bytes as the default session.
-    session = {"savefig.transparent": True, "savefig.bbox": "tight", "savefig.facecolor": "red",
-               "savefig.pad_inches": 1.0, "figure.facecolor": (1, 1, 1, 0)}
+    session = {
+        "savefig.transparent": True,
+        "savefig.bbox": "tight",
+        "savefig.facecolor": "red",
+        "savefig.pad_inches": 1.0,
+        "figure.facecolor": (1, 1, 1, 0),
+    }
     with matplotlib.rc_context(session):
         fig = _figure()
         other = save_png_atomic(fig, tmp_path / "c.png")

@@ -64,7 +64,10 @@ def test_the_shipped_store_at_1024_equals_a_fresh_measurement(model):
     mean = {name: sum(f[name] for f in fresh) / len(fresh) for name in ("s_hat", "key0", "nll")}
     s_hat, key0 = (mean_over_heads(mean[k])[:, None] for k in ("s_hat", "key0"))
     torch.testing.assert_close(p.s_hat.double(), s_hat, atol=1e-3, rtol=1e-4)
-    torch.testing.assert_close(p.nll, mean["nll"], atol=1e-6, rtol=1e-6)
+    # float32 through 30 layers: the summation order (this test runs on one thread, the measurement ran on
+    # two) moves a position's NLL by up to about 3e-4 relative, their mean by far less
+    torch.testing.assert_close(p.nll, mean["nll"], atol=1e-3, rtol=1e-3)
+    assert abs(float(p.nll.mean() - mean["nll"].mean())) <= 1e-4 * float(mean["nll"].mean())
     again = Profile(p.run, p.meta, T, False, s_hat.float(), mean["nll"], key0.float())
     for a, b in zip(records([p], head_modes=("mean-scores",)), records([again], head_modes=("mean-scores",))):
         for key in ("resolution", "resolution_sink_free"):

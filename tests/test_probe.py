@@ -42,12 +42,16 @@ def test_the_plans_gaps_and_probes(probes):
     assert gaps_for(128) == (0, 32, 64, 96, 160, 192, 224, 320, 448)
     assert probes.spans.shape == probes.controls.shape == (64, SPAN) and probes.gap_text.shape == (64, 448)
     again = copy_probes(load_splits()[1], max_gap=448)
-    assert all(torch.equal(a, b) for a, b in zip((probes.spans, probes.controls, probes.gap_text),
-                                                   (again.spans, again.controls, again.gap_text)))  # rng = 0
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip((probes.spans, probes.controls, probes.gap_text), (again.spans, again.controls, again.gap_text))
+    )  # rng = 0
     copy, control = probes.windows(192)
     assert copy.shape == control.shape == (64, 2 * SPAN + 192) and copy.shape[1] == 256  # T = 2L at L = 128
     assert torch.equal(copy[:, :SPAN], copy[:, -SPAN:]) and torch.equal(control[:, -SPAN:], copy[:, -SPAN:])
-    assert torch.equal(copy[:, SPAN:-SPAN], control[:, SPAN:-SPAN]) and not torch.equal(control[:, :SPAN], copy[:, :SPAN])
+    assert torch.equal(copy[:, SPAN:-SPAN], control[:, SPAN:-SPAN]) and not torch.equal(
+        control[:, :SPAN], copy[:, :SPAN]
+    )
 
 
 def test_probes_come_from_disjoint_blocks():

@@ -3,20 +3,16 @@ are queries over them. Tiny models are trained in tmp_path; no shipped file is r
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from attnres_helpers.__main__ import main as cli_main
-from attnres_helpers.data import eval_windows, load_splits
+from attnres_helpers.data import eval_windows
 from attnres_helpers.measure import measure_model, measure_windows
 from attnres_helpers.metric import BOUNDARIES, HEAD_MODES, layer_resolution
-from attnres_helpers.model import preset
 from attnres_helpers.store import Profile, load_profiles, perplexities, records, save_profiles
-from attnres_helpers.train import train
 
 ROOT = Path(__file__).resolve().parent.parent
 L = 16  # the tiny preset's training length
@@ -24,28 +20,17 @@ TRAIN = dict(steps=20, batch_tokens=128, lr=3e-3, warmup=2, seed=0, checkpoint_e
 
 
 @pytest.fixture(scope="module")
-def val_tokens():
-    return load_splits()[1]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """Trained tiny models: rope with 3 layers (so "upper" averages two layers), alibi with 2."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    models = {}
-    for encoding, n_layer in (("rope", 3), ("alibi", 2)):
-        out = tmp_path_factory.mktemp(f"run-{encoding}")
-        models[encoding], _ = train(preset("tiny", encoding=encoding, n_layer=n_layer), out_dir=out, **TRAIN)
-    torch.set_num_threads(threads)
-    return models
+def trained(tiny_models):
+    """The shared trained tiny models (conftest): rope with 3 layers, alibi with 2."""
+    return tiny_models
 
 
 @pytest.fixture(scope="module")
 def profiles(trained, val_tokens):
     """Profiles of the trained rope model at L and 2L, with and without BCA."""
-    return measure_model(trained["rope"], val_tokens, "rope-s0", {"seed": 0, "note": "test"}, multiples=(1, 2),
-                         n_windows=4, batch_size=4)
+    return measure_model(
+        trained["rope"], val_tokens, "rope-s0", {"seed": 0, "note": "test"}, multiples=(1, 2), n_windows=4, batch_size=4
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +45,7 @@ def by_key(recs):
 
 
 # -------------------------------------------------------------------------- (a) stored ŝ -> R is measure's R
+
 
 def test_measure_model_profiles(profiles, trained):
     assert [(p.eval_len, p.bca) for p in profiles] == [(L, False), (L, True), (2 * L, False), (2 * L, True)]
@@ -97,8 +83,13 @@ def test_records_are_layer_resolution_of_the_stored_s_hat(profiles, store):
             for head_mode in HEAD_MODES:
                 direct = layer_resolution(p.s_hat.double() * 2.0, head_mode, boundary)  # (layers,)
                 assert direct.shape == (3,)
-                expected = {0: float(direct[0]), 1: float(direct[1]), 2: float(direct[2]),
-                            "mean": float(direct.mean()), "upper": float(direct[1:].mean())}
+                expected = {
+                    0: float(direct[0]),
+                    1: float(direct[1]),
+                    2: float(direct[2]),
+                    "mean": float(direct.mean()),
+                    "upper": float(direct[1:].mean()),
+                }
                 for layer, r in expected.items():
                     rec = recs[(p.run, p.eval_len, p.bca, head_mode, layer)]
                     assert rec["resolution"] == r and rec["boundary"] == boundary
@@ -127,8 +118,10 @@ def test_float16_store_records_follow_the_stored_values(profiles, tmp_path):
     save_profiles(path, profiles, dtype=torch.float16)
     loaded, about = load_profiles(path)
     assert about == {}
-    rounded = [Profile(p.run, p.meta, p.eval_len, p.bca, p.s_hat.half().float(), p.nll, p.key0.half().float())
-               for p in profiles]
+    rounded = [
+        Profile(p.run, p.meta, p.eval_len, p.bca, p.s_hat.half().float(), p.nll, p.key0.half().float())
+        for p in profiles
+    ]
     assert by_key(records(loaded)) == by_key(records(rounded))  # R of exactly what is stored
     full, half = by_key(records(profiles)), by_key(records(loaded))
     for key, rec in full.items():
@@ -137,6 +130,7 @@ def test_float16_store_records_follow_the_stored_values(profiles, tmp_path):
 
 
 # ------------------------------------------------------------- (b) causal: positions < L see the same context
+
 
 @pytest.mark.parametrize("encoding", ["rope", "alibi"])
 def test_first_L_of_a_2L_window_is_the_L_window(trained, val_tokens, encoding):
@@ -155,6 +149,7 @@ def test_first_L_of_a_2L_window_is_the_L_window(trained, val_tokens, encoding):
 
 
 # -------------------------------------------------------------------- (c) boundary and layer selections
+
 
 def test_drop_boundary_differs_from_zero_for_a_trained_model(profiles):
     zero, drop = by_key(records(profiles, "zero")), by_key(records(profiles, "drop"))
@@ -184,7 +179,9 @@ def test_upper_is_the_mean_over_layers_above_the_first(profiles):
 
 def test_one_layer_profiles_have_no_upper_record():
     s_hat = -torch.arange(8.0).expand(1, 2, 8).clone()  # (1 layer, 2 heads, 8)
-    p = Profile("one", {"encoding": "rope", "seed": 0, "train_len": 4}, 8, False, s_hat, torch.zeros(8, dtype=torch.float64))
+    p = Profile(
+        "one", {"encoding": "rope", "seed": 0, "train_len": 4}, 8, False, s_hat, torch.zeros(8, dtype=torch.float64)
+    )
     recs = records([p], head_modes=("mean-scores",))
     assert [r["layer"] for r in recs] == [0, "mean"]
     assert recs[0]["resolution"] == recs[1]["resolution"] == pytest.approx(float(layer_resolution(s_hat[0])))
@@ -193,9 +190,16 @@ def test_one_layer_profiles_have_no_upper_record():
 
 # ------------------------------------------------------------------------------------------ (e) store errors
 
+
 def _profile(**changes):
-    fields = {"run": "r", "meta": {"encoding": "rope", "seed": 0, "train_len": 4}, "eval_len": 8, "bca": False,
-              "s_hat": torch.zeros(2, 2, 8), "nll": torch.ones(8, dtype=torch.float64)}
+    fields = {
+        "run": "r",
+        "meta": {"encoding": "rope", "seed": 0, "train_len": 4},
+        "eval_len": 8,
+        "bca": False,
+        "s_hat": torch.zeros(2, 2, 8),
+        "nll": torch.ones(8, dtype=torch.float64),
+    }
     return Profile(**{**fields, **changes})
 
 
@@ -203,8 +207,9 @@ def test_missing_and_corrupt_stores(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing"):
         load_profiles(tmp_path / "missing.safetensors")
     bad = tmp_path / "random.safetensors"
-    bad.write_bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0),
-                                  dtype=torch.uint8).numpy().tobytes())
+    bad.write_bytes(
+        torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0), dtype=torch.uint8).numpy().tobytes()
+    )
     with pytest.raises(ValueError, match=r"random\.safetensors is corrupt or not a store"):
         load_profiles(bad)
     good = tmp_path / "good.safetensors"
@@ -224,31 +229,43 @@ def test_missing_and_corrupt_stores(tmp_path):
     with pytest.raises(ValueError, match=r"empty\.safetensors holds no profiles"):
         load_profiles(empty)
     lacking = tmp_path / "lacking.safetensors"  # an s_hat without its nll
-    save_file({"r/8/0/s_hat": torch.zeros(2, 2, 8)}, lacking,
-              metadata={"attnres": json.dumps({"runs": {"r": {"encoding": "rope", "seed": 0, "train_len": 4}}})})
+    save_file(
+        {"r/8/0/s_hat": torch.zeros(2, 2, 8)},
+        lacking,
+        metadata={"attnres": json.dumps({"runs": {"r": {"encoding": "rope", "seed": 0, "train_len": 4}}})},
+    )
     with pytest.raises(ValueError, match=r"lacking\.safetensors: entry 'r/8/0' is malformed"):
         load_profiles(lacking)
 
 
-@pytest.mark.parametrize("changes, match", [
-    ({"s_hat": torch.full((2, 2, 8), float("nan"))}, "NaN"),
-    ({"s_hat": torch.zeros(2, 2, 8).index_fill_(2, torch.tensor([3]), float("inf"))}, r"\+inf"),
-    ({"nll": torch.full((8,), float("inf"), dtype=torch.float64)}, "nll must be finite and >= 0"),
-    ({"nll": torch.ones(8, dtype=torch.float64).index_fill_(0, torch.tensor([0]), float("nan"))}, "nll must be finite"),
-    ({"nll": -torch.ones(8, dtype=torch.float64)}, "nll must be finite and >= 0"),
-    ({"meta": {"encoding": "rope", "seed": 0, "train_len": -3}}, r"train_len must be an integer in \[2"),
-    ({"meta": {"encoding": "rope", "seed": 0, "train_len": 0}}, r"train_len must be an integer in \[2"),
-    ({"meta": {"encoding": "rope", "seed": 0, "train_len": 4, "run": "x"}}, r"may not hold the record keys \['run'\]"),
-    ({"key0": torch.zeros(2, 2, 7)}, "key0 must have s_hat's shape"),
-    ({"key0": torch.full((2, 2, 8), float("nan"))}, "key0 has NaN"),
-    ({"s_hat": torch.zeros(2, 8)}, r"s_hat must be \(layers, H, 8\)"),
-    ({"s_hat": torch.zeros(2, 2, 7)}, r"s_hat must be \(layers, H, 8\)"),
-    ({"nll": torch.ones(7, dtype=torch.float64)}, r"nll \(8,\)"),
-    ({"eval_len": 16}, r"eval_len 16"),
-    ({"meta": {"encoding": "rope", "seed": 0}}, r"lacks \['train_len'\]"),
-    ({"run": "a/b"}, "without '/'"),
-    ({"run": ""}, "non-empty"),
-])
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"s_hat": torch.full((2, 2, 8), float("nan"))}, "NaN"),
+        ({"s_hat": torch.zeros(2, 2, 8).index_fill_(2, torch.tensor([3]), float("inf"))}, r"\+inf"),
+        ({"nll": torch.full((8,), float("inf"), dtype=torch.float64)}, "nll must be finite and >= 0"),
+        (
+            {"nll": torch.ones(8, dtype=torch.float64).index_fill_(0, torch.tensor([0]), float("nan"))},
+            "nll must be finite",
+        ),
+        ({"nll": -torch.ones(8, dtype=torch.float64)}, "nll must be finite and >= 0"),
+        ({"meta": {"encoding": "rope", "seed": 0, "train_len": -3}}, r"train_len must be an integer in \[2"),
+        ({"meta": {"encoding": "rope", "seed": 0, "train_len": 0}}, r"train_len must be an integer in \[2"),
+        (
+            {"meta": {"encoding": "rope", "seed": 0, "train_len": 4, "run": "x"}},
+            r"may not hold the record keys \['run'\]",
+        ),
+        ({"key0": torch.zeros(2, 2, 7)}, "key0 must have s_hat's shape"),
+        ({"key0": torch.full((2, 2, 8), float("nan"))}, "key0 has NaN"),
+        ({"s_hat": torch.zeros(2, 8)}, r"s_hat must be \(layers, H, 8\)"),
+        ({"s_hat": torch.zeros(2, 2, 7)}, r"s_hat must be \(layers, H, 8\)"),
+        ({"nll": torch.ones(7, dtype=torch.float64)}, r"nll \(8,\)"),
+        ({"eval_len": 16}, r"eval_len 16"),
+        ({"meta": {"encoding": "rope", "seed": 0}}, r"lacks \['train_len'\]"),
+        ({"run": "a/b"}, "without '/'"),
+        ({"run": ""}, "non-empty"),
+    ],
+)
 def test_bad_profiles_raise(changes, match):
     with pytest.raises(ValueError, match=match):
         _profile(**changes)
@@ -264,13 +281,17 @@ def test_save_profiles_refuses_inconsistent_input(tmp_path):
     with pytest.raises(ValueError, match="two profiles for r/8/0"):
         save_profiles(tmp_path / "x.safetensors", [_profile(), _profile()])
     with pytest.raises(ValueError, match="two different metadata"):
-        save_profiles(tmp_path / "x.safetensors", [_profile(), _profile(bca=True, meta={"encoding": "rope", "seed": 1,
-                                                                                         "train_len": 4})])
+        save_profiles(
+            tmp_path / "x.safetensors",
+            [_profile(), _profile(bca=True, meta={"encoding": "rope", "seed": 1, "train_len": 4})],
+        )
     with pytest.raises(ValueError, match="dtype"):
         save_profiles(tmp_path / "x.safetensors", [_profile()], dtype=torch.bfloat16)
     with pytest.raises(ValueError):  # NaN in the metadata is not JSON
-        save_profiles(tmp_path / "x.safetensors", [_profile(meta={"encoding": "rope", "seed": 0, "train_len": 4,
-                                                                   "lr": float("nan")})])
+        save_profiles(
+            tmp_path / "x.safetensors",
+            [_profile(meta={"encoding": "rope", "seed": 0, "train_len": 4, "lr": float("nan")})],
+        )
     assert list(tmp_path.iterdir()) == []  # nothing written, no temporary left
 
 
@@ -284,19 +305,15 @@ def test_records_refuse_bad_queries():
 
 # ------------------------------------------------------------------------------- (h) the results subcommand
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "attnres_helpers", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
 
-
-def test_cli_results_json_is_the_records_of_the_store(store):
+def test_cli_results_json_is_the_records_of_the_store(cli, store):
     expected = records(load_profiles(store)[0])
-    zero = _cli("results", "--store", str(store), "--json")
+    zero = cli("results", "--store", str(store), "--json")
     assert zero.returncode == 0, zero.stderr
     printed = json.loads(zero.stdout)
     assert len(printed) == len(expected) == 40
     assert printed == json.loads(json.dumps(expected))
-    drop = _cli("results", "--store", str(store), "--json", "--boundary", "drop")
+    drop = cli("results", "--store", str(store), "--json", "--boundary", "drop")
     assert drop.returncode == 0, drop.stderr
     printed_drop = json.loads(drop.stdout)
     assert printed_drop == json.loads(json.dumps(records(load_profiles(store)[0], "drop")))
@@ -305,13 +322,13 @@ def test_cli_results_json_is_the_records_of_the_store(store):
     assert sum(differ) == 30  # all but the 10 records of BCA at 2L, whose last distances are masked
 
 
-def test_cli_results_errors_are_one_line(tmp_path):
-    missing = _cli("results", "--store", str(tmp_path / "none.safetensors"), "--json")
+def test_cli_results_errors_are_one_line(cli, tmp_path):
+    missing = cli("results", "--store", str(tmp_path / "none.safetensors"), "--json")
     assert missing.returncode != 0 and missing.stdout == ""
     assert missing.stderr.splitlines() == [f"error: measurement store {tmp_path / 'none.safetensors'} is missing"]
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x00" * 64)
-    corrupt = _cli("results", "--store", str(bad))
+    corrupt = cli("results", "--store", str(bad))
     assert corrupt.returncode != 0 and len(corrupt.stderr.splitlines()) == 1 and "Traceback" not in corrupt.stderr
     assert corrupt.stderr.startswith(f"error: measurement store {bad} is corrupt")
 
@@ -322,8 +339,17 @@ def test_cli_results_text(store, capsys):
     assert len(lines) == 4 * 2  # every profile: the layer mean and the upper layers, mean-scores
     recs = by_key(records(load_profiles(store)[0]))
     first = recs[("rope-s0", L, False, "mean-scores", "mean")]
-    assert lines[0].split()[:9] == ["rope-s0", "eval_len", str(L), "bca", "False", "layers", "mean", "R",
-                                    f"{first['resolution']:.4f}"]
+    assert lines[0].split()[:9] == [
+        "rope-s0",
+        "eval_len",
+        str(L),
+        "bca",
+        "False",
+        "layers",
+        "mean",
+        "R",
+        f"{first['resolution']:.4f}",
+    ]
     assert "ppl >=L" not in lines[0] and "ppl >=L" in lines[-1]
 
 

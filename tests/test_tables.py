@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from attnres_helpers import store
-from attnres_helpers.metric import diagonal_counts, layer_resolution, resolution, sink_free_scores
-from attnres_helpers.store import Profile, records as store_records
+from attnres_helpers.checks import CHECK_DESCRIPTIONS, checks_table, format_checks, reversal_checks
+from attnres_helpers.metric import layer_resolution, resolution
+from attnres_helpers.store import Profile
+from attnres_helpers.store import records as store_records
 from attnres_helpers.tables import (
     BCA_COLUMNS,
-    CHECK_DESCRIPTIONS,
     NBSP,
     PAIR_COLUMNS,
     PAIR_SINK_COLUMNS,
@@ -21,15 +22,12 @@ from attnres_helpers.tables import (
     Stat,
     Table,
     bca_table,
-    checks_table,
-    format_checks,
     format_table,
     last_distance_weights,
     layer_table,
     pair_table,
     record_mismatches,
     resolution_stat,
-    reversal_checks,
     scores_profile,
     select_layer,
     sink_free_records,
@@ -43,10 +41,17 @@ from attnres_helpers.tables import (
 L = 8
 # The paper's Table 3 as if measured on three seeds: seed s adds (s − 1)·0.01 (spread 0.01).
 PAPER_LIKE = {
-    ("rope", 1, False): 0.91, ("rope", 2, False): 0.08, ("rope", 2, True): 0.91,
-    ("sinusoidal", 1, False): 0.87, ("sinusoidal", 2, False): 0.28,
-    ("alibi", 1, False): 0.81, ("alibi", 2, False): 0.88, ("alibi", 2, True): 0.81,
-    ("xpos", 1, False): 0.98, ("xpos", 2, False): 0.54, ("xpos", 2, True): 0.98,
+    ("rope", 1, False): 0.91,
+    ("rope", 2, False): 0.08,
+    ("rope", 2, True): 0.91,
+    ("sinusoidal", 1, False): 0.87,
+    ("sinusoidal", 2, False): 0.28,
+    ("alibi", 1, False): 0.81,
+    ("alibi", 2, False): 0.88,
+    ("alibi", 2, True): 0.81,
+    ("xpos", 1, False): 0.98,
+    ("xpos", 2, False): 0.54,
+    ("xpos", 2, True): 0.98,
 }
 
 
@@ -72,11 +77,21 @@ def make_records(values, seeds=(0, 1, 2), step=0.01, layers=2, ppl_shifts=PPL_SH
                     layer_values.append(("upper", sum(per_layer[1:]) / (layers - 1)))
                 ppl = 10.0 * k + seed + bca
                 for layer, value in layer_values:
-                    records.append({"encoding": encoding, "seed": seed, "train_len": L, "eval_len": k * L,
-                                    "bca": bca, "head_mode": head_mode, "layer": layer, "resolution": value,
-                                    "perplexity": ppl,
-                                    "perplexity_first_L": ppl - 1 + first_shift if k > 1 else ppl,
-                                    "perplexity_past_L": ppl + 1 + past_shift if k > 1 else None})
+                    records.append(
+                        {
+                            "encoding": encoding,
+                            "seed": seed,
+                            "train_len": L,
+                            "eval_len": k * L,
+                            "bca": bca,
+                            "head_mode": head_mode,
+                            "layer": layer,
+                            "resolution": value,
+                            "perplexity": ppl,
+                            "perplexity_first_L": ppl - 1 + first_shift if k > 1 else ppl,
+                            "perplexity_past_L": ppl + 1 + past_shift if k > 1 else None,
+                        }
+                    )
     return records
 
 
@@ -95,7 +110,11 @@ def test_stat_mean_and_sample_spread():
 
 def test_paper_values_are_table3():
     assert {e: (v["R(L)"], v["R(2L)"]) for e, v in PAPER_TABLE3.items()} == {
-        "sinusoidal": (0.87, 0.28), "alibi": (0.81, 0.88), "rope": (0.91, 0.08), "xpos": (0.98, 0.54)}
+        "sinusoidal": (0.87, 0.28),
+        "alibi": (0.81, 0.88),
+        "rope": (0.91, 0.08),
+        "xpos": (0.98, 0.54),
+    }
     assert PAPER_TABLE3["xpos"]["R(2L)+BCA"] == 1.08
 
 
@@ -146,19 +165,22 @@ def test_reversal_checks_on_the_papers_table():
         assert all(c.holds and c.seeds_holding == 3 and c.seeds == 3 for c in checks.values()), checks
 
 
-@pytest.mark.parametrize("change, shifts, failing", [
-    ({("sinusoidal", 1, False): 0.95}, PPL_SHIFTS, {"rope_highest_at_L"}),
-    ({("sinusoidal", 2, False): 0.05}, PPL_SHIFTS, {"rope_lowest_at_2L"}),
-    # RoPE lowest at 2L implies RoPE below ALiBi at 2L: above ALiBi breaks both
-    ({("rope", 2, False): 0.90}, PPL_SHIFTS, {"rope_below_alibi_at_2L", "rope_lowest_at_2L"}),
-    ({("alibi", 2, False): 0.81 * 1.16}, PPL_SHIFTS, {"alibi_level"}),
-    ({("alibi", 2, False): 0.81 * 0.84}, PPL_SHIFTS, {"alibi_level"}),
-    ({("rope", 2, True): 0.07}, PPL_SHIFTS, {"bca_raises_rope"}),
-    ({("xpos", 2, True): 0.54}, PPL_SHIFTS, {"bca_raises_xpos"}),
-    ({}, {"rope": (0.5, 2.0)}, {"rope_better_first_L"}),
-    ({}, {"rope": (-0.5, -0.5)}, {"rope_worse_past_L"}),
-    ({}, {"rope": (0.0, 0.0)}, {"rope_better_first_L", "rope_worse_past_L"}),  # equal is not better
-])
+@pytest.mark.parametrize(
+    "change, shifts, failing",
+    [
+        ({("sinusoidal", 1, False): 0.95}, PPL_SHIFTS, {"rope_highest_at_L"}),
+        ({("sinusoidal", 2, False): 0.05}, PPL_SHIFTS, {"rope_lowest_at_2L"}),
+        # RoPE lowest at 2L implies RoPE below ALiBi at 2L: above ALiBi breaks both
+        ({("rope", 2, False): 0.90}, PPL_SHIFTS, {"rope_below_alibi_at_2L", "rope_lowest_at_2L"}),
+        ({("alibi", 2, False): 0.81 * 1.16}, PPL_SHIFTS, {"alibi_level"}),
+        ({("alibi", 2, False): 0.81 * 0.84}, PPL_SHIFTS, {"alibi_level"}),
+        ({("rope", 2, True): 0.07}, PPL_SHIFTS, {"bca_raises_rope"}),
+        ({("xpos", 2, True): 0.54}, PPL_SHIFTS, {"bca_raises_xpos"}),
+        ({}, {"rope": (0.5, 2.0)}, {"rope_better_first_L"}),
+        ({}, {"rope": (-0.5, -0.5)}, {"rope_worse_past_L"}),
+        ({}, {"rope": (0.0, 0.0)}, {"rope_better_first_L", "rope_worse_past_L"}),  # equal is not better
+    ],
+)
 def test_each_reversal_check_can_fail(change, shifts, failing):
     checks = reversal_checks(make_records({**PAPER_LIKE, **change}, step=0.0, ppl_shifts=shifts))
     assert set(checks) == set(CHECK_DESCRIPTIONS)
@@ -188,8 +210,9 @@ def test_pair_and_bca_tables_of_one_layer():
         assert rope["R(L)"].mean == pytest.approx(0.91 + shift)
         assert rope["R(2L)+BCA"].mean == pytest.approx(0.91 + shift)
         xpos = by_encoding(bca_table(records, layer=layer))["xpos"]
-        assert xpos["BCA ×(2L)"].mean == pytest.approx(np.mean([(0.98 + shift + (s - 1) * 0.01) /
-                                                               (0.54 + shift + (s - 1) * 0.01) for s in range(3)]))
+        assert xpos["BCA ×(2L)"].mean == pytest.approx(
+            np.mean([(0.98 + shift + (s - 1) * 0.01) / (0.54 + shift + (s - 1) * 0.01) for s in range(3)])
+        )
     assert by_encoding(pair_table(make_records(PAPER_LIKE, layers=1), layer="upper"))["rope"]["R(L)"] is None
 
 
@@ -239,8 +262,10 @@ def test_bad_records_raise():
 
 
 def test_format_table_exact_text():
-    rows = [{"encoding": "rope", "seeds": 3, "R(L)": Stat.of({0: 0.1, 1: 0.3}), "R(2L)": -0.00004},
-            {"encoding": "sinusoidal", "seeds": 1, "R(L)": Stat.of({0: 0.25}), "R(2L)": None}]
+    rows = [
+        {"encoding": "rope", "seeds": 3, "R(L)": Stat.of({0: 0.1, 1: 0.3}), "R(2L)": -0.00004},
+        {"encoding": "sinusoidal", "seeds": 1, "R(L)": Stat.of({0: 0.25}), "R(2L)": None},
+    ]
     assert format_table(rows, ["encoding", "seeds", "R(L)", "R(2L)"]) == (
         "encoding    seeds           R(L)  R(2L)\n"
         "----------  -----  -------------  -----\n"
@@ -255,12 +280,38 @@ def test_format_table_exact_text():
 
 
 def test_format_table_of_the_notebook_columns():
-    records = make_records(PAPER_LIKE | {("rope", 4, False): 0.01, ("sinusoidal", 4, False): 0.02,
-                                         ("alibi", 4, False): 0.8, ("xpos", 4, False): 0.3,
-                                         ("rope", 4, True): 0.9, ("alibi", 4, True): 0.8, ("xpos", 4, True): 0.97})
+    records = make_records(
+        PAPER_LIKE
+        | {
+            ("rope", 4, False): 0.01,
+            ("sinusoidal", 4, False): 0.02,
+            ("alibi", 4, False): 0.8,
+            ("xpos", 4, False): 0.3,
+            ("rope", 4, True): 0.9,
+            ("alibi", 4, True): 0.8,
+            ("xpos", 4, True): 0.97,
+        }
+    )
     text = format_table(pair_table(records), PAIR_COLUMNS)
-    assert text.splitlines()[2].split() == ["rope", "3", "0.910", "0.910", "±", "0.010", "0.080", "0.080", "±",
-                                           "0.010", "n/a", "0.910", "±", "0.010", "0.010", "±", "0.010"]
+    assert text.splitlines()[2].split() == [
+        "rope",
+        "3",
+        "0.910",
+        "0.910",
+        "±",
+        "0.010",
+        "0.080",
+        "0.080",
+        "±",
+        "0.010",
+        "n/a",
+        "0.910",
+        "±",
+        "0.010",
+        "0.010",
+        "±",
+        "0.010",
+    ]
     bca = format_table(bca_table(records), BCA_COLUMNS).splitlines()
     assert bca[3].split()[-1] == "n/a"  # sinusoidal: no BCA
 
@@ -326,8 +377,12 @@ def test_stat_bars_draw_one_bar_per_value():
     rows = pair_table(make_records(PAPER_LIKE))
     plot_stat_bars(rows, ["R(L)", "R(2L)+BCA"], ax=ax)
     heights = sorted(round(p.get_height(), 6) for p in ax.patches)
-    assert heights == sorted(round(by_encoding(rows)[e][c].mean, 6) for e in ("rope", "sinusoidal", "alibi", "xpos")
-                             for c in ("R(L)", "R(2L)+BCA") if by_encoding(rows)[e][c] is not None)
+    assert heights == sorted(
+        round(by_encoding(rows)[e][c].mean, 6)
+        for e in ("rope", "sinusoidal", "alibi", "xpos")
+        for c in ("R(L)", "R(2L)+BCA")
+        if by_encoding(rows)[e][c] is not None
+    )
     assert [t.get_text() for t in ax.texts] == ["n/a"]  # sinusoidal with BCA
     plt.close(fig)
     assert math.isfinite(sum(heights))
@@ -363,8 +418,10 @@ def test_measured_profiles_and_position_perplexity_plots():
 
 
 def _notebook_rows():
-    return [{"encoding": "rope", "seeds": 3, "R(L)": Stat.of({0: 0.1, 1: 0.3}), "R(2L)": -0.00004},
-            {"encoding": "<b>x|y</b>", "seeds": 1, "R(L)": Stat.of({0: 0.25}), "R(2L)": None}]
+    return [
+        {"encoding": "rope", "seeds": 3, "R(L)": Stat.of({0: 0.1, 1: 0.3}), "R(2L)": -0.00004},
+        {"encoding": "<b>x|y</b>", "seeds": 1, "R(L)": Stat.of({0: 0.25}), "R(2L)": None},
+    ]
 
 
 def test_table_plain_text_is_format_table():
@@ -430,8 +487,17 @@ def stored_profiles(encodings=(("steep", 0.5), ("rebound", 0.2)), seeds=(0, 1), 
                 if encoding == "rebound":
                     s = torch.where(n < TL, s, torch.zeros_like(s))
                 s_hat = s[:, None, :].expand(layers, H, T).clone()
-                out.append(Profile(f"{encoding}-s{seed}", meta, T, False, s_hat, torch.full((T,), 1.5,
-                                   dtype=torch.float64), s_hat + 1.0))
+                out.append(
+                    Profile(
+                        f"{encoding}-s{seed}",
+                        meta,
+                        T,
+                        False,
+                        s_hat,
+                        torch.full((T,), 1.5, dtype=torch.float64),
+                        s_hat + 1.0,
+                    )
+                )
     return out
 
 
@@ -444,8 +510,9 @@ def test_truncated_profile():
     assert torch.allclose(cut.layer_resolutions(), layer_resolution(p.s_hat[..., :TL].double()), rtol=1e-12, atol=0)
     averaged = Profile(p.run, {**p.meta, "heads_averaged": [2 * TL]}, p.eval_len, False, p.s_hat[:, :1], p.nll)
     assert truncated_profile(averaged, TL).heads_averaged
-    assert not truncated_profile(Profile(p.run, {**p.meta, "heads_averaged": [TL]}, p.eval_len, False, p.s_hat,
-                                         p.nll), TL).heads_averaged
+    assert not truncated_profile(
+        Profile(p.run, {**p.meta, "heads_averaged": [TL]}, p.eval_len, False, p.s_hat, p.nll), TL
+    ).heads_averaged
     for bad in (1, 2 * TL + 1, 3.0, True):
         with pytest.raises(ValueError, match="n_distances"):
             truncated_profile(p, bad)
@@ -480,8 +547,12 @@ def test_truncation_table_queries_the_store(monkeypatch):
     near = -np.arange(L, dtype=float)
     calls = _count_store_queries(monkeypatch)
     row = truncation_table({"x": {L: np.tile(near, (2, 3, 1)), 2 * L: np.tile(np.r_[near, near], (2, 3, 1))}}, L)[0]
-    assert row == {"encoding": "x", "R(L)": 1 + L / 1000, "R(2L), distances < L": 1 + L / 1000,
-                   "R(2L)": 1 + 2 * L / 1000}
+    assert row == {
+        "encoding": "x",
+        "R(L)": 1 + L / 1000,
+        "R(2L), distances < L": 1 + L / 1000,
+        "R(2L)": 1 + 2 * L / 1000,
+    }
     assert sorted(c[0] for c in calls) == [L, L, 2 * L]
 
 
@@ -494,7 +565,8 @@ def test_truncation_rows_over_seeds():
             s = next(p for p in profiles if p.run == f"{encoding}-s{seed}" and p.eval_len == 2 * TL).s_hat.double()
             assert value == pytest.approx(float(layer_resolution(s)[1:].mean()), rel=1e-12)
             assert rows[encoding]["R(2L), distances < L"].values[seed] == pytest.approx(
-                float(layer_resolution(s[..., :TL])[1:].mean()), rel=1e-12)
+                float(layer_resolution(s[..., :TL])[1:].mean()), rel=1e-12
+            )
     # A steep decay has almost no weight past L (x^L = e^{−1·16} ≈ 1e-7 in its gentlest upper layer):
     # R barely moves. The rebound loses R only past L.
     assert rows["steep"]["R(2L)"].mean == pytest.approx(rows["steep"]["R(L)"].mean, rel=1e-5)
@@ -517,15 +589,28 @@ def test_sink_free_columns_are_the_records_values():
     records = store_records(stored_profiles())
     rows = {row["encoding"]: row for row in pair_table(records, layer="upper", sink_free=True)}
     assert set(PAIR_SINK_COLUMNS) <= set(rows["steep"]) | {"paper R(L)", "paper R(2L)", "paper R(2L)+BCA"}
-    expected = {r["seed"]: r["resolution_sink_free"] for r in records if r["encoding"] == "steep"
-                and r["eval_len"] == 2 * TL and r["layer"] == "upper" and r["head_mode"] == "mean-scores"}
+    expected = {
+        r["seed"]: r["resolution_sink_free"]
+        for r in records
+        if r["encoding"] == "steep"
+        and r["eval_len"] == 2 * TL
+        and r["layer"] == "upper"
+        and r["head_mode"] == "mean-scores"
+    }
     assert rows["steep"]["R(2L) no sink"] == Stat.of(expected)
     assert rows["steep"]["R(2L) no sink"].mean != pytest.approx(rows["steep"]["R(2L)"].mean, rel=1e-3)
     assert "R(L) no sink" not in pair_table(records)[0]  # off by default: the old columns only
     layer_rows = layer_table(records, "rebound", sink_free=True)
     assert layer_rows[1]["R(4L) no sink"] == Stat.of(
-        {r["seed"]: r["resolution_sink_free"] for r in records if r["encoding"] == "rebound" and r["layer"] == 1
-         and r["eval_len"] == 4 * TL and r["head_mode"] == "mean-scores"})
+        {
+            r["seed"]: r["resolution_sink_free"]
+            for r in records
+            if r["encoding"] == "rebound"
+            and r["layer"] == 1
+            and r["eval_len"] == 4 * TL
+            and r["head_mode"] == "mean-scores"
+        }
+    )
     free = sink_free_records(records)
     assert [r["resolution"] for r in free] == [r["resolution_sink_free"] for r in records]
     assert records[0]["resolution"] != free[0]["resolution"]  # copies: the records are unchanged

@@ -10,25 +10,16 @@ from safetensors.torch import load_file, save_file
 
 import attnres_helpers.train as train_mod
 from attnres_helpers.__main__ import main as cli_main
-from attnres_helpers.model import PRESETS, ModelConfig, preset
 from attnres_helpers.files import sha256_file, sha256sums
+from attnres_helpers.model import PRESETS, ModelConfig, preset
 from attnres_helpers.train import MIN_LR_RATIO, atomic_write, load_checkpoint, lr_at, train
 
 TINY = PRESETS["tiny"]
 RUN = dict(steps=12, batch_tokens=128, lr=3e-3, warmup=2, seed=1, checkpoint_every=4, progress=False)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model is too small to gain from threads; one thread also keeps timings steady on a busy CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, one_thread):
+def finished(tmp_path_factory):
     """A finished tiny run: (run directory, in-memory fp32 model, summary)."""
     out = tmp_path_factory.mktemp("run")
     model, summary = train(TINY, out_dir=out, **RUN)
@@ -42,8 +33,9 @@ def _copy(run_dir, tmp_path):
 def _reseal(run_dir):
     """Rewrite a run's SHA256SUMS for its (edited) files: a folder whose hashes match but whose content is
     inconsistent, to reach the checks behind the hash check."""
-    (run_dir / "SHA256SUMS").write_text("".join(f"{sha256_file(run_dir / n)}  {n}\n"
-                                                for n in ("config.json", "model.safetensors")))
+    (run_dir / "SHA256SUMS").write_text(
+        "".join(f"{sha256_file(run_dir / n)}  {n}\n" for n in ("config.json", "model.safetensors"))
+    )
 
 
 def test_lr_schedule_warmup_then_cosine():
@@ -58,8 +50,17 @@ def test_lr_schedule_warmup_then_cosine():
 
 
 def test_a_few_steps_lower_the_loss(tmp_path):
-    _, summary = train(TINY, steps=30, batch_tokens=256, lr=3e-3, warmup=3, seed=0, out_dir=tmp_path,
-                       checkpoint_every=0, progress=False)
+    _, summary = train(
+        TINY,
+        steps=30,
+        batch_tokens=256,
+        lr=3e-3,
+        warmup=3,
+        seed=0,
+        out_dir=tmp_path,
+        checkpoint_every=0,
+        progress=False,
+    )
     losses, results = summary["results"]["losses"], summary["results"]
     assert losses[0] == pytest.approx(math.log(256), abs=0.1)  # uniform over bytes at init
     assert sum(losses[-5:]) / 5 < losses[0] - 1.0
@@ -160,18 +161,42 @@ def _rewrite_json(path, edit):
     path.write_text(json.dumps(obj))
 
 
-@pytest.mark.parametrize("corrupt, match", [
-    (lambda d: (d / "config.json").write_text("{not json"), r"config\.json is not valid JSON"),
-    (lambda d: _rewrite_json(d / "config.json", lambda o: o["model"].update(extra=1)), r"config\.json.*unknown \['extra'\]"),
-    (lambda d: _rewrite_json(d / "config.json", lambda o: o["model"].pop("n_head")), r"config\.json.*missing \['n_head'\]"),
-    (lambda d: _rewrite_json(d / "config.json", lambda o: o["model"].update(d_model=64)), r"model\.safetensors.*shape"),
-    (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:500]),
-     r"model\.safetensors is corrupt or truncated"),
-    (lambda d: save_file({k: v for k, v in load_file(d / "model.safetensors").items() if k != "ln_f.weight"},
-                         d / "model.safetensors"), r"model\.safetensors.*name or shape, e\.g\. 'ln_f\.weight'"),
-    (lambda d: save_file({k: v.fill_(float("nan")) for k, v in load_file(d / "model.safetensors").items()},
-                         d / "model.safetensors"), r"model\.safetensors.*non-finite"),
-])
+@pytest.mark.parametrize(
+    "corrupt, match",
+    [
+        (lambda d: (d / "config.json").write_text("{not json"), r"config\.json is not valid JSON"),
+        (
+            lambda d: _rewrite_json(d / "config.json", lambda o: o["model"].update(extra=1)),
+            r"config\.json.*unknown \['extra'\]",
+        ),
+        (
+            lambda d: _rewrite_json(d / "config.json", lambda o: o["model"].pop("n_head")),
+            r"config\.json.*missing \['n_head'\]",
+        ),
+        (
+            lambda d: _rewrite_json(d / "config.json", lambda o: o["model"].update(d_model=64)),
+            r"model\.safetensors.*shape",
+        ),
+        (
+            lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:500]),
+            r"model\.safetensors is corrupt or truncated",
+        ),
+        (
+            lambda d: save_file(
+                {k: v for k, v in load_file(d / "model.safetensors").items() if k != "ln_f.weight"},
+                d / "model.safetensors",
+            ),
+            r"model\.safetensors.*name or shape, e\.g\. 'ln_f\.weight'",
+        ),
+        (
+            lambda d: save_file(
+                {k: v.fill_(float("nan")) for k, v in load_file(d / "model.safetensors").items()},
+                d / "model.safetensors",
+            ),
+            r"model\.safetensors.*non-finite",
+        ),
+    ],
+)
 def test_corrupt_checkpoint_errors_name_the_file(finished, tmp_path, corrupt, match):
     run_dir = _copy(finished[0], tmp_path)
     corrupt(run_dir)
@@ -251,15 +276,46 @@ def test_bad_settings_raise_value_error(tmp_path):
         train(TINY, steps=2, batch_tokens=100, warmup=1, out_dir=tmp_path, progress=False)
     with pytest.raises(ValueError, match="warmup"):
         train(TINY, steps=2, batch_tokens=128, warmup=5, out_dir=tmp_path, progress=False)
-    with pytest.raises(ValueError, match="CUDA") if not torch.cuda.is_available() else pytest.raises(ValueError, match="steps"):
-        train(TINY, steps=0 if torch.cuda.is_available() else 2, batch_tokens=128, warmup=1,
-              out_dir=tmp_path, device="cuda", progress=False)
+    with (
+        pytest.raises(ValueError, match="CUDA")
+        if not torch.cuda.is_available()
+        else pytest.raises(ValueError, match="steps")
+    ):
+        train(
+            TINY,
+            steps=0 if torch.cuda.is_available() else 2,
+            batch_tokens=128,
+            warmup=1,
+            out_dir=tmp_path,
+            device="cuda",
+            progress=False,
+        )
 
 
 def test_cli_train_applies_overrides(tmp_path, capsys):
     out = tmp_path / "cli"
-    cli_main(["train", "--preset", "tiny", "--encoding", "alibi", "--n-layer", "1", "--seed", "2", "--steps", "3",
-              "--warmup", "1", "--batch-tokens", "64", "--out", str(out), "--quiet"])
+    cli_main(
+        [
+            "train",
+            "--preset",
+            "tiny",
+            "--encoding",
+            "alibi",
+            "--n-layer",
+            "1",
+            "--seed",
+            "2",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+            "--batch-tokens",
+            "64",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     printed = json.loads(capsys.readouterr().out)
     config = json.loads((out / "config.json").read_text())
     assert config["model"] == preset("tiny", encoding="alibi", n_layer=1).to_dict()
@@ -269,19 +325,22 @@ def test_cli_train_applies_overrides(tmp_path, capsys):
         cli_main(["train", "--preset", "tiny", "--train-len", "15", "--out", str(tmp_path / "bad"), "--quiet"])
 
 
-@pytest.mark.parametrize("changes, match", [
-    ({"lr": float("inf")}, r"lr must be a finite number in \(0, 1\], got inf"),
-    ({"lr": float("nan")}, "lr must be a finite number"),
-    ({"lr": 0.0}, "lr must be"),
-    ({"lr": 1.5}, "lr must be"),
-    ({"weight_decay": float("nan")}, r"weight_decay must be a finite number in \[0, 10\], got nan"),
-    ({"weight_decay": float("inf")}, "weight_decay must be"),
-    ({"weight_decay": -0.1}, "weight_decay must be"),
-    ({"steps": 2.5}, "steps must be an integer"),
-    ({"seed": 1.0}, "seed must be an integer"),
-    ({"warmup": True}, "warmup must be an integer"),
-    ({"checkpoint_every": -1}, "checkpoint_every"),
-])
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"lr": float("inf")}, r"lr must be a finite number in \(0, 1\], got inf"),
+        ({"lr": float("nan")}, "lr must be a finite number"),
+        ({"lr": 0.0}, "lr must be"),
+        ({"lr": 1.5}, "lr must be"),
+        ({"weight_decay": float("nan")}, r"weight_decay must be a finite number in \[0, 10\], got nan"),
+        ({"weight_decay": float("inf")}, "weight_decay must be"),
+        ({"weight_decay": -0.1}, "weight_decay must be"),
+        ({"steps": 2.5}, "steps must be an integer"),
+        ({"seed": 1.0}, "seed must be an integer"),
+        ({"warmup": True}, "warmup must be an integer"),
+        ({"checkpoint_every": -1}, "checkpoint_every"),
+    ],
+)
 def test_bad_training_settings_are_refused_before_training(tmp_path, monkeypatch, changes, match):
     calls = _interrupt_at(monkeypatch, step=0)  # a drawn batch would raise Interrupted
     out = tmp_path / "never"
@@ -351,13 +410,16 @@ def _short_rng(t):
     return "rng"
 
 
-@pytest.mark.parametrize("corrupt, match", [
-    (_nan_exp_avg_sq, r"corrupt optimiser state \(optim\.\d+\.exp_avg_sq is non-finite or negative\)"),
-    (_negative_exp_avg_sq, r"corrupt optimiser state \(optim\.\d+\.exp_avg_sq is non-finite or negative\)"),
-    (_negative_step, r"corrupt optimiser state \(optim\.\d+\.step is non-finite or negative\)"),
-    (_inf_exp_avg, r"corrupt optimiser state \(optim\.\d+\.exp_avg is non-finite or negative\)"),
-    (_short_rng, "RNG state of the wrong size"),
-])
+@pytest.mark.parametrize(
+    "corrupt, match",
+    [
+        (_nan_exp_avg_sq, r"corrupt optimiser state \(optim\.\d+\.exp_avg_sq is non-finite or negative\)"),
+        (_negative_exp_avg_sq, r"corrupt optimiser state \(optim\.\d+\.exp_avg_sq is non-finite or negative\)"),
+        (_negative_step, r"corrupt optimiser state \(optim\.\d+\.step is non-finite or negative\)"),
+        (_inf_exp_avg, r"corrupt optimiser state \(optim\.\d+\.exp_avg is non-finite or negative\)"),
+        (_short_rng, "RNG state of the wrong size"),
+    ],
+)
 def test_corrupt_optimiser_state_is_refused_on_resume(tmp_path, monkeypatch, corrupt, match):
     path = _interrupted_run(tmp_path, monkeypatch)
     tensors = load_file(path)
@@ -379,8 +441,11 @@ def test_untouched_resume_state_still_resumes(tmp_path, monkeypatch, finished):
 
 def test_debris_of_killed_writes_is_removed_at_the_next_start(tmp_path, monkeypatch, finished):
     path = _interrupted_run(tmp_path, monkeypatch)
-    debris = [tmp_path / ".state.json.tmp-123", tmp_path / ".state-0000008.safetensors.tmp-4567",
-              tmp_path / ".model.safetensors.tmp-99"]
+    debris = [
+        tmp_path / ".state.json.tmp-123",
+        tmp_path / ".state-0000008.safetensors.tmp-4567",
+        tmp_path / ".model.safetensors.tmp-99",
+    ]
     for d in debris:
         d.write_bytes(b"half a file")
     keep = [tmp_path / "notes.txt", tmp_path / ".hidden", tmp_path / "state.json.tmp-1"]
@@ -391,7 +456,8 @@ def test_debris_of_killed_writes_is_removed_at_the_next_start(tmp_path, monkeypa
     assert len(calls) == RUN["steps"] - 4  # resumed from state-0000004, the debris ignored
     assert not any(d.exists() for d in debris) and all(k.read_text() == "mine" for k in keep)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["SHA256SUMS", "config.json", "model.safetensors"] + [k.name for k in keep])
+        ["SHA256SUMS", "config.json", "model.safetensors"] + [k.name for k in keep]
+    )
     assert (tmp_path / "model.safetensors").read_bytes() == (finished[0] / "model.safetensors").read_bytes()
     assert path.name not in {p.name for p in tmp_path.iterdir()}
     # a finished run is loaded (once the user's own files are gone: the loader refuses unlisted files),
@@ -412,47 +478,64 @@ def test_written_files_have_the_usual_permissions(finished):
         assert (finished[0] / name).stat().st_mode & 0o777 == 0o666 & ~mask, name
 
 
-def _cli(*args):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    return subprocess.run([sys.executable, "-m", "attnres_helpers", *args], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent.parent, timeout=300)
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--lr", "inf"], "error: lr must be a finite number in (0, 1], got inf"),
-    (["--weight-decay", "nan"], "error: weight_decay must be a finite number in [0, 10], got nan"),
-    (["--n-layer", "0"], "error: n_layer must be a positive integer, got 0"),
-    (["--rope-base", "nan"], "error: rope_base must be a finite number, got nan"),
-    (["--out", ""], "error: --out must name a folder, got an empty string"),
-])
-def test_cli_train_errors_are_one_line(tmp_path, args, message):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--lr", "inf"], "error: lr must be a finite number in (0, 1], got inf"),
+        (["--weight-decay", "nan"], "error: weight_decay must be a finite number in [0, 10], got nan"),
+        (["--n-layer", "0"], "error: n_layer must be a positive integer, got 0"),
+        (["--rope-base", "nan"], "error: rope_base must be a finite number, got nan"),
+        (["--out", ""], "error: --out must name a folder, got an empty string"),
+    ],
+)
+def test_cli_train_errors_are_one_line(cli, tmp_path, args, message):
     out = tmp_path / "run"
-    result = _cli("train", "--preset", "tiny", "--steps", "3", "--warmup", "1", "--batch-tokens", "64", "--quiet",
-                  "--out", str(out), *args)
+    result = cli(
+        "train",
+        "--preset",
+        "tiny",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--batch-tokens",
+        "64",
+        "--quiet",
+        "--out",
+        str(out),
+        *args,
+    )
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.splitlines() == [message]
     assert not out.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--device", "garbage"], "argument --device: must be cpu, cuda or cuda:N, got 'garbage'"),
-    (["--threads", "-3"], "argument --threads: must be >= 0, got -3"),
-    (["--n-layer", "2.5"], "argument --n-layer: invalid int value: '2.5'"),
-])
-def test_cli_train_bad_arguments_are_usage_errors(tmp_path, args, message):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--device", "garbage"], "argument --device: must be cpu, cuda or cuda:N, got 'garbage'"),
+        (["--threads", "-3"], "argument --threads: must be >= 0, got -3"),
+        (["--n-layer", "2.5"], "argument --n-layer: invalid int value: '2.5'"),
+    ],
+)
+def test_cli_train_bad_arguments_are_usage_errors(cli, tmp_path, args, message):
     """argparse refuses these: exit status 2 and exactly one line naming the argument (no usage block)."""
     out = tmp_path / "run"
-    result = _cli("train", "--preset", "tiny", "--quiet", "--out", str(out), *args)
+    result = cli("train", "--preset", "tiny", "--quiet", "--out", str(out), *args)
     assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [f"python -m attnres_helpers train: error: {message} (see --help)"]
     assert not out.exists()
 
 
-@pytest.mark.parametrize("argv", [["train", "--device", "gpu"], ["train", "--threads", "-1"],
-                                  ["reproduce", "--jobs", "0"], ["family", "--device", "tpu"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--device", "gpu"],
+        ["train", "--threads", "-1"],
+        ["reproduce", "--jobs", "0"],
+        ["family", "--device", "tpu"],
+    ],
+)
 def test_cli_argument_checks_in_process(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli_main(argv)
@@ -462,8 +545,22 @@ def test_cli_argument_checks_in_process(argv, capsys):
 @pytest.mark.parametrize("device", ["cuda:x", "cuda:"])
 def test_cli_device_index_must_be_a_number(device, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["train", "--device", device, "--preset", "tiny", "--steps", "1", "--warmup", "0", "--quiet",
-                  "--out", str(tmp_path / "run")])
+        cli_main(
+            [
+                "train",
+                "--device",
+                device,
+                "--preset",
+                "tiny",
+                "--steps",
+                "1",
+                "--warmup",
+                "0",
+                "--quiet",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
     assert exit_info.value.code == 2 and "argument --device" in capsys.readouterr().err
 
 

@@ -4,14 +4,15 @@ import asyncio
 import math
 import re
 
+import ipywidgets as widgets
 import numpy as np
 import pytest
-import ipywidgets as widgets
 
 from attnres_helpers import experiments
-from attnres_helpers.encodings import DESIGN_CURVES, resolution_pair, score_curve
+from attnres_helpers.encodings import DESIGN_CURVES, resolution_pair
 from attnres_helpers.metric import BOUNDARIES, HEAD_MODES, resolution
-from attnres_helpers.store import load_profiles, records as store_records
+from attnres_helpers.store import load_profiles
+from attnres_helpers.store import records as store_records
 from attnres_helpers.widgets import (
     CLOSE_SCORE_NATS,
     COMPARE_DEFAULT,
@@ -95,9 +96,21 @@ def test_readout_shows_the_pair_and_ratio_to_three_significant_figures():
 
 @pytest.mark.parametrize(
     "x, text",
-    [(0.0088687, "0.00887"), (9.5367431640625e-07, "9.54e-07"), (1.2345e-05, "1.23e-05"), (1.0, "1.00"),
-     (0.9996, "1.00"), (0.75255, "0.753"), (12.345, "12.3"), (0.001, "0.00100"), (0.00099949, "9.99e-04"),
-     (12345.0, "1.23e+04"), (0.0, "0"), (-0.5, "-0.500"), (math.nan, "undefined")],
+    [
+        (0.0088687, "0.00887"),
+        (9.5367431640625e-07, "9.54e-07"),
+        (1.2345e-05, "1.23e-05"),
+        (1.0, "1.00"),
+        (0.9996, "1.00"),
+        (0.75255, "0.753"),
+        (12.345, "12.3"),
+        (0.001, "0.00100"),
+        (0.00099949, "9.99e-04"),
+        (12345.0, "1.23e+04"),
+        (0.0, "0"),
+        (-0.5, "-0.500"),
+        (math.nan, "undefined"),
+    ],
 )
 def test_format_sig(x, text):
     assert format_sig(x) == text
@@ -203,7 +216,11 @@ def test_callback_errors_are_shown_in_the_widget():
     before = readout.value
     part(ui, "attnres-L-box").value = 4096  # above the slider's 2048
     assert error.layout.display != "none"
-    assert "ValueError" in error.value and "L must be an integer in [16, 2048]" in error.value and "got 4096" in error.value
+    assert (
+        "ValueError" in error.value
+        and "L must be an integer in [16, 2048]" in error.value
+        and "got 4096" in error.value
+    )
     assert readout.value == before and part(ui, "attnres-slider-L").value == 256
     part(ui, "attnres-L-box").value = 512
     assert error.layout.display == "none" and error.value == ""
@@ -302,7 +319,9 @@ def test_no_slider_end_flattens_a_curve(name):
             value = int(value) if DESIGN_CURVES[name].params[key].kind == "int" else value
             try:
                 state = explorer_state(name, 64, {key: value})
-            except ValueError as err:  # an invalid combination (T5's max_distance <= num_buckets // 2): shown as an error
+            except (
+                ValueError
+            ) as err:  # an invalid combination (T5's max_distance <= num_buckets // 2): shown as an error
                 assert "max_distance must exceed" in str(err)
                 continue
             assert state["flat"] == (name == "nope"), (name, key, value)
@@ -361,18 +380,25 @@ def test_the_length_box_refuses_values_outside_the_range_with_a_message(typed):
     """The notebook says the box takes any integer from 16 to 2048 and refuses others with a message:
     the value is kept in the box, named in the message, and nothing else moves."""
     ui = explorer("rope", 512)
-    slider, box, readout, error = (part(ui, c) for c in ("attnres-slider-L", "attnres-L-box", "attnres-readout", "attnres-error"))
+    slider, box, readout, error = (
+        part(ui, c) for c in ("attnres-slider-L", "attnres-L-box", "attnres-readout", "attnres-error")
+    )
     before = readout.value
     box.value = typed
     assert box.value == typed and slider.value == 512 and readout.value == before
-    assert error.layout.display is None and f"L must be an integer in [16, 2048]" in error.value and f"got {typed}" in error.value
+    assert (
+        error.layout.display is None
+        and "L must be an integer in [16, 2048]" in error.value
+        and f"got {typed}" in error.value
+    )
     slider.value = 528  # any valid change clears the message and puts the box back in step
     assert box.value == 528 and error.layout.display == "none"
 
 
 def test_the_plot_is_a_png_shown_at_its_pixel_size():
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     ui = explorer()
     plot = part(ui, "attnres-plot")
@@ -437,7 +463,9 @@ def test_why_so_small_is_specific_to_the_encoding_shown():
             assert "2 × scale" not in text and f"p_0 = {format_sig(p0)}" in text
             assert state["R_L"] <= p0 * p0 * (1 + 1e-12)  # R <= p_0² for scores that never rise with distance
     assert "m̄ = 0.125 nats a distance" in texts["alibi"]  # the mean of ALiBi's 8 slopes, 2^-1 .. 2^-8
-    assert "every distance gets p = 1/1024" in texts["nope"] and "<i>scale</i> slider" not in texts["nope"]  # NoPE has none
+    assert (
+        "every distance gets p = 1/1024" in texts["nope"] and "<i>scale</i> slider" not in texts["nope"]
+    )  # NoPE has none
     ui = explorer()
     help_box = part(ui, "attnres-help")
     for name in ("alibi", "t5", "rope"):
@@ -449,8 +477,13 @@ def test_why_so_small_is_specific_to_the_encoding_shown():
 
 def test_every_control_label_is_shown_in_full():
     """Labels are as wide as their text ("head convention", "number of heads" were cut to "head convent…")."""
+
     def labelled(widget):
-        if getattr(widget, "description", "") and hasattr(widget, "style") and hasattr(widget.style, "description_width"):
+        if (
+            getattr(widget, "description", "")
+            and hasattr(widget, "style")
+            and hasattr(widget.style, "description_width")
+        ):
             yield widget
         for child in getattr(widget, "children", ()):
             yield from labelled(child)
@@ -502,7 +535,10 @@ def test_compare_mode_says_why_curves_lie_on_top_of_each_other():
     assert close["span"] == max(spans[n] for n in close["names"]) and spans["alibi"] > CLOSE_SCORE_NATS
     text = compare_readout_html(states)
     assert "sinusoidal, rope, xpos, kerple-log and t5 lie close together on these axes" in text
-    assert f"within {format_sig(close['span'])} nats" in text and f"factor {format_sig(close['factor'])} of uniform" in text
+    assert (
+        f"within {format_sig(close['span'])} nats" in text
+        and f"factor {format_sig(close['factor'])} of uniform" in text
+    )
     assert close_on_plot(compare_states(["rope", "alibi"], 1024)) is None
     ui = explorer()
     part(ui, "attnres-mode").value = "compare"
@@ -543,10 +579,21 @@ def test_blitted_figures_draw_what_a_fresh_figure_draws(catalogue):
     """Layers cached for earlier states are reused only where they fit: after any sequence of states,
     each PNG is the one a new figure draws for that state alone, byte for byte."""
     cases = [
-        (SingleFigure, [explorer_state("rope", L, {"scale": s}) for L, s in ((512, 8.0), (1024, 8.0), (1024, 12.0), (512, 8.0), (700, 3.0))]),
+        (
+            SingleFigure,
+            [
+                explorer_state("rope", L, {"scale": s})
+                for L, s in ((512, 8.0), (1024, 8.0), (1024, 12.0), (512, 8.0), (700, 3.0))
+            ],
+        ),
         (CompareFigure, [compare_states(list(COMPARE_DEFAULT), L) for L in (512, 1024, 512)]),
-        (TrainedFigure, [trained_state(catalogue, "rope", 0, layer, "mean", k, bca)
-                         for layer, k, bca in (("mean", 2, False), (1, 4, True), ("mean", 1, False), (1, 4, True))]),
+        (
+            TrainedFigure,
+            [
+                trained_state(catalogue, "rope", 0, layer, "mean", k, bca)
+                for layer, k, bca in (("mean", 2, False), (1, 4, True), ("mean", 1, False), (1, 4, True))
+            ],
+        ),
     ]
     for make, states in cases:
         figure = make()
@@ -559,10 +606,20 @@ def test_each_layer_holds_its_artists_whole(catalogue):
     cut (the distance labels once lost their top rows). Checked at the extremes of the slider ranges."""
     extreme = {"p": 2.0, "a": 8.0, "scale": 4.0}  # KERPLE-power's steepest curve: scores near −1.3e8, an offset text
     cases = [
-        (SingleFigure(), [explorer_state("rope", 16), explorer_state("alibi", 2048), explorer_state("kerple-power", 2048, extreme),
-                          explorer_state("t5", 1000)]),
+        (
+            SingleFigure(),
+            [
+                explorer_state("rope", 16),
+                explorer_state("alibi", 2048),
+                explorer_state("kerple-power", 2048, extreme),
+                explorer_state("t5", 1000),
+            ],
+        ),
         (CompareFigure(), [compare_states(list(DESIGN_CURVES), L) for L in (16, 2048)]),
-        (TrainedFigure(), [trained_state(catalogue, "rope", 0, layer, head, 4, False) for layer, head in (("mean", "mean"), (1, 2))]),
+        (
+            TrainedFigure(),
+            [trained_state(catalogue, "rope", 0, layer, head, 4, False) for layer, head in (("mean", "mean"), (1, 2))],
+        ),
     ]
     for figure, states in cases:
         for state in states:
@@ -571,14 +628,29 @@ def test_each_layer_holds_its_artists_whole(catalogue):
             for artists, box in figure.groups:
                 for artist in artists:
                     if artist.get_visible():
-                        extent = artist.get_tightbbox(renderer) if hasattr(artist, "get_ticklabels") else artist.get_window_extent(renderer)
-                        assert box.x0 - 0.5 <= extent.x0 and extent.x1 <= box.x1 + 0.5, (type(figure).__name__, artist, extent, box)
-                        assert box.y0 - 0.5 <= extent.y0 and extent.y1 <= box.y1 + 0.5, (type(figure).__name__, artist, extent, box)
+                        extent = (
+                            artist.get_tightbbox(renderer)
+                            if hasattr(artist, "get_ticklabels")
+                            else artist.get_window_extent(renderer)
+                        )
+                        assert box.x0 - 0.5 <= extent.x0 and extent.x1 <= box.x1 + 0.5, (
+                            type(figure).__name__,
+                            artist,
+                            extent,
+                            box,
+                        )
+                        assert box.y0 - 0.5 <= extent.y0 and extent.y1 <= box.y1 + 0.5, (
+                            type(figure).__name__,
+                            artist,
+                            extent,
+                            box,
+                        )
 
 
 def test_png_encoder_is_lossless():
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     rgb = np.random.default_rng(0).integers(0, 256, size=(7, 11, 3), dtype=np.uint8)
     assert np.array_equal(np.asarray(Image.open(io.BytesIO(rgb_png(rgb))).convert("RGB")), rgb)
@@ -621,8 +693,12 @@ def test_trained_readout_text_shows_every_convention(catalogue, shipped_records)
     text = trained_readout_html(state)
     for boundary in BOUNDARIES:
         for head_mode in HEAD_MODES:
-            rec = next(r for r in shipped_records[boundary] if (r["run"], r["eval_len"], r["bca"], r["layer"], r["head_mode"])
-                       == ("rope-s0", 2 * state["train_len"], False, 2, head_mode))
+            rec = next(
+                r
+                for r in shipped_records[boundary]
+                if (r["run"], r["eval_len"], r["bca"], r["layer"], r["head_mode"])
+                == ("rope-s0", 2 * state["train_len"], False, 2, head_mode)
+            )
             assert f">{format_sig(rec['resolution'])}<" in text
         assert f"boundary {boundary}" in text
     assert f"positions &lt; L {format_sig(rec['perplexity_first_L'])}" in text
@@ -634,7 +710,9 @@ def test_one_head_gives_its_own_R_under_both_conventions(catalogue):
     s = catalogue["index"]["alibi", 1, 4 * catalogue["train_len"], False].s_hat.double()[3, 2]  # (T,)
     for boundary in BOUNDARIES:
         expected = float(resolution(s, boundary))
-        assert state["R"]["mean-scores", boundary] == state["R"]["mean-R", boundary] == pytest.approx(expected, rel=1e-12)
+        assert (
+            state["R"]["mean-scores", boundary] == state["R"]["mean-R", boundary] == pytest.approx(expected, rel=1e-12)
+        )
     assert "one head" in trained_readout_html(state)
 
 
@@ -653,13 +731,15 @@ def test_trained_weights_and_perplexity(catalogue):
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [(dict(encoding="sinusoidal", seed=0, bca=True), "no BCA profiles"),
-     (dict(encoding="rotary", seed=0), "encoding must be one of"),
-     (dict(encoding="rope", seed=7), r"seed \(for rope\) must be one of \[0, 1, 2\]"),
-     (dict(encoding="rope", seed=0, layer=4), "layer must be one of"),
-     (dict(encoding="rope", seed=0, head=True), "head must be one of"),
-     (dict(encoding="rope", seed=0, eval_multiple=3), "eval_multiple"),
-     (dict(encoding="rope", seed=0, bca=1), "bca must be True or False")],
+    [
+        (dict(encoding="sinusoidal", seed=0, bca=True), "no BCA profiles"),
+        (dict(encoding="rotary", seed=0), "encoding must be one of"),
+        (dict(encoding="rope", seed=7), r"seed \(for rope\) must be one of \[0, 1, 2\]"),
+        (dict(encoding="rope", seed=0, layer=4), "layer must be one of"),
+        (dict(encoding="rope", seed=0, head=True), "head must be one of"),
+        (dict(encoding="rope", seed=0, eval_multiple=3), "eval_multiple"),
+        (dict(encoding="rope", seed=0, bca=1), "bca must be True or False"),
+    ],
 )
 def test_trained_state_rejects_bad_choices(catalogue, kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -702,8 +782,12 @@ def test_trained_readout_shows_R_without_the_sink(catalogue, shipped_records):
     for rec in shipped_records["zero"]:
         if rec["layer"] in ("upper",) or rec["encoding"] != "rope":
             continue
-        state = trained_state(catalogue, "rope", rec["seed"], rec["layer"], "mean", rec["eval_len"] // rec["train_len"], rec["bca"])
-        assert state["R_sink_free"][rec["head_mode"], "zero"] == pytest.approx(rec["resolution_sink_free"], rel=1e-12, abs=1e-15)
+        state = trained_state(
+            catalogue, "rope", rec["seed"], rec["layer"], "mean", rec["eval_len"] // rec["train_len"], rec["bca"]
+        )
+        assert state["R_sink_free"][rec["head_mode"], "zero"] == pytest.approx(
+            rec["resolution_sink_free"], rel=1e-12, abs=1e-15
+        )
         checked += 1
     assert checked > 100
     state = trained_state(catalogue, "rope", 0, 1, "mean", 2, False)
@@ -732,9 +816,15 @@ def test_trained_explorer_on_a_family_store_chooses_the_setting(family):
     runs = set()
     for setting in settings:
         state = trained_state(family, "rope", 0, "mean", "mean", 2, False, setting=setting)
-        rec = next(r for r in recs if (r["config"], r["seed"], r["eval_len"], r["bca"], r["layer"], r["head_mode"])
-                   == (setting, 0, 2 * family["train_len"], False, "mean", "mean-scores"))
-        assert state["run"] == rec["run"] and state["R"]["mean-scores", "zero"] == pytest.approx(rec["resolution"], rel=1e-12)
+        rec = next(
+            r
+            for r in recs
+            if (r["config"], r["seed"], r["eval_len"], r["bca"], r["layer"], r["head_mode"])
+            == (setting, 0, 2 * family["train_len"], False, "mean", "mean-scores")
+        )
+        assert state["run"] == rec["run"] and state["R"]["mean-scores", "zero"] == pytest.approx(
+            rec["resolution"], rel=1e-12
+        )
         assert f"<b>rope · {setting}, seed 0</b>" in trained_readout_html(state)
         assert state["R_sink_free"]["mean-scores", "zero"] is None  # this store has no key-0 scores
         assert "n/a" in trained_readout_html(state) and "this store has no key-0 scores" in trained_readout_html(state)
@@ -747,16 +837,22 @@ def test_trained_explorer_on_a_family_store_chooses_the_setting(family):
 def test_trained_explorer_widget_on_a_family_store(family):
     ui = trained_explorer(experiments.FAMILY_STORE)
     setting, readout = part(ui, "attnres-t-setting"), part(ui, "attnres-trained-readout")
-    assert setting.layout.display is None and not setting.disabled and list(setting.options) == family["settings"]["rope"]
+    assert (
+        setting.layout.display is None and not setting.disabled and list(setting.options) == family["settings"]["rope"]
+    )
     setting.value = "rope base 300"
-    assert readout.value == trained_readout_html(trained_state(family, "rope", 0, "mean", "mean", 2, False, "rope base 300"))
+    assert readout.value == trained_readout_html(
+        trained_state(family, "rope", 0, "mean", "mean", 2, False, "rope base 300")
+    )
     part(ui, "attnres-t-encoding").value = "nope"  # one setting: shown, greyed out
     assert setting.disabled and list(setting.options) == ["nope"]
     part(ui, "attnres-t-encoding").value = "xpos"
     assert not setting.disabled and setting.value == family["settings"]["xpos"][0]
     assert part(ui, "attnres-error").layout.display == "none"
     shipped = trained_explorer(experiments.STORE)
-    assert part(shipped, "attnres-t-setting").layout.display == "none"  # the shipped store: the settings are the encodings
+    assert (
+        part(shipped, "attnres-t-setting").layout.display == "none"
+    )  # the shipped store: the settings are the encodings
 
 
 def test_trained_axes_stay_put_when_only_bca_or_the_length_changes(catalogue):
@@ -768,7 +864,9 @@ def test_trained_axes_stay_put_when_only_bca_or_the_length_changes(catalogue):
         return [(ax.get_xlim(), ax.get_ylim()) for ax in figure.axes]
 
     for layer, head in (("mean", "mean"), (1, "mean"), (2, 3)):
-        seen = {tuple(axes_of(layer=layer, head=head, eval_multiple=k, bca=bca)) for k in (1, 2, 4) for bca in (False, True)}
+        seen = {
+            tuple(axes_of(layer=layer, head=head, eval_multiple=k, bca=bca)) for k in (1, 2, 4) for bca in (False, True)
+        }
         assert len(seen) == 1, (layer, head)
     assert axes_of(layer=1, eval_multiple=2) != axes_of(layer=0, eval_multiple=2)  # a different layer may rescale
 
@@ -812,3 +910,36 @@ def test_default_pictures_are_small_pngs(tmp_path, which):
     assert data.startswith(PNG) and len(data) < 150_000
     with pytest.raises(ValueError, match="which must be 'explorer' or 'trained'"):
         default_picture("gallery")
+
+
+# ------------------------------------------------------------ bad input at the door (adversarial review, round 2)
+
+
+@pytest.mark.parametrize("L", [-3, 0, 1, 2.5, True])
+def test_explorer_messages_report_the_given_L(L):
+    with pytest.raises(ValueError, match=rf"L must be an integer >= 2 .*got {L!r}$") as info:
+        explorer_state("rope", L)
+    assert "N must" not in str(info.value)
+    with pytest.raises(ValueError, match=rf"L must be an integer >= 2 .*got {L!r}$"):
+        compare_states(["rope"], L)
+    with pytest.raises(ValueError, match=rf"L must be an integer >= 2 .*got {L!r}$"):
+        resolution_pair("rope", L)
+
+
+# --- 9. compare_states with a single string -----------------------------------------------
+
+
+def test_compare_states_refuses_a_single_string():
+    with pytest.raises(ValueError, match="names must be a list of encoding names, got a string 'rope'"):
+        compare_states("rope", 16)
+    assert [s["name"] for s in compare_states(("rope",), 16)] == ["rope"]
+
+
+# --- 10. min_max_decimate buckets ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("buckets", [0, -1, 2.5, True])
+def test_min_max_decimate_refuses_bad_buckets(buckets):
+    x = np.arange(100.0)
+    with pytest.raises(ValueError, match="buckets must be >= 1"):
+        min_max_decimate(x, x, buckets=buckets)

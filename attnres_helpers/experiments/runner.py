@@ -47,8 +47,22 @@ from ..probe import copy_curve, copy_probes, gaps_for
 from ..store import Profile, average_heads, load_curves, load_profiles, records, save_profiles
 from ..train import train
 from .specs import (
-    CHECKPOINTS, ENCODINGS, FAMILY_V2_RUNS, FAMILY_V2_STORE, MEASURE, REPRODUCE_COMMAND, SEEDS, SHIPPED_AS, STORE,
-    Dataset, RunSpec, checkpoint_dir, default_dataset, family_v2_dataset, run_meta, slug,
+    CHECKPOINTS,
+    ENCODINGS,
+    FAMILY_V2_RUNS,
+    FAMILY_V2_STORE,
+    MEASURE,
+    REPRODUCE_COMMAND,
+    SEEDS,
+    SHIPPED_AS,
+    STORE,
+    Dataset,
+    RunSpec,
+    checkpoint_dir,
+    default_dataset,
+    family_v2_dataset,
+    run_meta,
+    slug,
 )
 
 TRAINED_KEYS = ("train_loss", "val_loss", "wall_s", "tokens_per_s", "device")  # config.json results kept in a store
@@ -64,8 +78,11 @@ def sha256sums(root: Path = CHECKPOINTS) -> str:
 
 def _transient(name: str) -> bool:
     base = Path(name).name
-    return base == "state.json" or (base.startswith("state-") and base.endswith(".safetensors")) or (
-        base.startswith(".") and ".tmp-" in base)
+    return (
+        base == "state.json"
+        or (base.startswith("state-") and base.endswith(".safetensors"))
+        or (base.startswith(".") and ".tmp-" in base)
+    )
 
 
 def verify_checkpoints(root: Path = CHECKPOINTS, fix: str | None = None) -> None:
@@ -78,12 +95,19 @@ def verify_checkpoints(root: Path = CHECKPOINTS, fix: str | None = None) -> None
 
 # ------------------------------------------------------------------------------------------ one run
 
+
 def train_spec(spec: RunSpec, device: str = "cpu", progress: bool = False) -> dict:
     """Train ``spec`` (or reuse the finished run in its out_dir), checkpointing every 100 steps on a CPU;
     returns config.json's content."""
-    _, summary = train(spec.cfg, seed=spec.seed, out_dir=spec.out_dir,
-                       checkpoint_every=100 if device == "cpu" else 0, device=device, progress=progress,
-                       **spec.training)
+    _, summary = train(
+        spec.cfg,
+        seed=spec.seed,
+        out_dir=spec.out_dir,
+        checkpoint_every=100 if device == "cpu" else 0,
+        device=device,
+        progress=progress,
+        **spec.training,
+    )
     return summary
 
 
@@ -137,8 +161,12 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _pool(jobs: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max(1, jobs), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_die_with_parent, initargs=(os.getpid(),))
+    return ProcessPoolExecutor(
+        max(1, jobs),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_die_with_parent,
+        initargs=(os.getpid(),),
+    )
 
 
 def _stop(pool: ProcessPoolExecutor, futures) -> None:
@@ -164,8 +192,14 @@ def _kept(ds: Dataset, path: Path | None = None) -> tuple[list[Profile], dict]:
     return kept, {key: c for key, c in curves.items() if key[0] in runs}
 
 
-def run_datasets(datasets: list[Dataset], device: str = "cpu", jobs: int = 2, progress: bool = True,
-                 deadline_s: float | None = None, finished_only: bool = False) -> dict[Path, list[Profile]]:
+def run_datasets(
+    datasets: list[Dataset],
+    device: str = "cpu",
+    jobs: int = 2,
+    progress: bool = True,
+    deadline_s: float | None = None,
+    finished_only: bool = False,
+) -> dict[Path, list[Profile]]:
     """Train and measure every run of every dataset, ``jobs`` at once, taking the datasets' runs in turn
     (one of each, then the next of each), so that a deadline leaves a part of every dataset. Each store
     is rewritten after every finished run of it, atomically, under its lock. With ``deadline_s``, runs not
@@ -217,8 +251,13 @@ def _plan(datasets: list[Dataset], finished_only: bool) -> tuple[dict, dict, lis
     for ds in datasets:
         kept[ds.store], curves[ds.store] = _kept(ds)
         done = {p.run for p in kept[ds.store]}
-        queues.append([(ds, s) for s in ds.specs if s.name not in done
-                       and (not finished_only or (s.out_dir / "config.json").is_file())])
+        queues.append(
+            [
+                (ds, s)
+                for s in ds.specs
+                if s.name not in done and (not finished_only or (s.out_dir / "config.json").is_file())
+            ]
+        )
     return kept, curves, [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
 
 
@@ -275,6 +314,7 @@ def _train_only(spec: RunSpec, device: str) -> None:
 
 # ------------------------------------------------------------------------------------------ torchrun
 
+
 def distributed_rank() -> tuple[int, int, int] | None:
     """(rank, world size, local rank) when this process was started by torchrun (RANK and WORLD_SIZE in
     its environment), else None."""
@@ -321,8 +361,9 @@ def _merge_parts(datasets: list[Dataset]) -> dict[Path, list[Profile]]:
     return kept
 
 
-def run_datasets_distributed(datasets: list[Dataset], device: str = "cpu", progress: bool = True,
-                             finished_only: bool = False) -> dict[Path, list[Profile]] | None:
+def run_datasets_distributed(
+    datasets: list[Dataset], device: str = "cpu", progress: bool = True, finished_only: bool = False
+) -> dict[Path, list[Profile]] | None:
     """:func:`run_datasets` across the processes of ``torchrun --nproc-per-node N`` (gloo, CPU or GPU).
 
     Every rank plans the same runs from the stores; rank r trains and measures ``todo[r::N]`` in its own
@@ -336,8 +377,10 @@ def run_datasets_distributed(datasets: list[Dataset], device: str = "cpu", progr
 
     env = distributed_rank()
     if env is None:
-        raise RuntimeError("run_datasets_distributed runs under torchrun (RANK and WORLD_SIZE unset); start it "
-                           "with `torchrun --nproc-per-node N -m attnres_helpers ... --distributed`")
+        raise RuntimeError(
+            "run_datasets_distributed runs under torchrun (RANK and WORLD_SIZE unset); start it "
+            "with `torchrun --nproc-per-node N -m attnres_helpers ... --distributed`"
+        )
     rank, world, local = env
     _die_with_parent(os.getppid())  # each rank dies with torchrun's agent, as pool workers die with their parent
     stores = [Path(ds.store) for ds in datasets]
@@ -398,16 +441,26 @@ def _process_group():
 
 # ------------------------------------------------------------------------------------------ datasets
 
-def reproduce(root: Path = CHECKPOINTS, store: Path = STORE, encodings=ENCODINGS, seeds=SEEDS,
-              device: str = "cpu", jobs: int = 2, progress: bool = True, **settings) -> list[Profile]:
+
+def reproduce(
+    root: Path = CHECKPOINTS,
+    store: Path = STORE,
+    encodings=ENCODINGS,
+    seeds=SEEDS,
+    device: str = "cpu",
+    jobs: int = 2,
+    progress: bool = True,
+    **settings,
+) -> list[Profile]:
     """The shipped experiment: train (or reuse finished runs in ``root``), measure, write the store and
     ``root/SHA256SUMS``; ``settings``: ``model``, ``training``, ``measure`` of :func:`.specs.default_dataset`."""
     dataset = default_dataset(root, store, encodings, seeds, **settings)
     return run_datasets([dataset], device, jobs, progress)[Path(store)]
 
 
-def measure_checkpoints(root: Path = CHECKPOINTS, encodings=ENCODINGS, seeds=SEEDS, progress: bool = True,
-                        **measure) -> list[Profile]:
+def measure_checkpoints(
+    root: Path = CHECKPOINTS, encodings=ENCODINGS, seeds=SEEDS, progress: bool = True, **measure
+) -> list[Profile]:
     """Profiles of every shipped checkpoint under ``root``, after verifying SHA256SUMS (nothing trains)."""
     verify_checkpoints(root)
     _, val_tokens = load_splits()
@@ -432,7 +485,9 @@ def reuse_shipped(runs_root: Path = FAMILY_V2_RUNS, shipped: Path = CHECKPOINTS)
         retrained = Path(runs_root) / f"{slug(label)}-s0" / "model.safetensors"
         if not retrained.is_file():
             continue
-        reused[label] = retrained.read_bytes() == (checkpoint_dir(encoding, 0, shipped) / "model.safetensors").read_bytes()
+        reused[label] = (
+            retrained.read_bytes() == (checkpoint_dir(encoding, 0, shipped) / "model.safetensors").read_bytes()
+        )
         if not reused[label]:
             continue
         for seed in (1, 2):
@@ -443,8 +498,15 @@ def reuse_shipped(runs_root: Path = FAMILY_V2_RUNS, shipped: Path = CHECKPOINTS)
     return reused
 
 
-def run_family_v2(store: Path = FAMILY_V2_STORE, device: str = "cpu", jobs: int = 2, extra_seeds: bool = False,
-                  progress: bool = True, measure_only: bool = False, distributed: bool = False) -> list[Profile] | None:
+def run_family_v2(
+    store: Path = FAMILY_V2_STORE,
+    device: str = "cpu",
+    jobs: int = 2,
+    extra_seeds: bool = False,
+    progress: bool = True,
+    measure_only: bool = False,
+    distributed: bool = False,
+) -> list[Profile] | None:
     """The v2 family (plan v2): seed 0 of every setting, then :func:`reuse_shipped`, then seeds 1 and 2
     (and, with ``extra_seeds``, seeds 3 and 4 of the RoPE-base and xPos-B settings), each measured with
     the copy probe into ``store`` as it finishes; resumable. ``measure_only``: measure the runs whose
@@ -456,28 +518,38 @@ def run_family_v2(store: Path = FAMILY_V2_STORE, device: str = "cpu", jobs: int 
     if measure_only:
         dataset = family_v2_dataset(store, SEEDS, device, extra_seeds=extra_seeds)
         return run_datasets([dataset], device, jobs, progress, finished_only=True)[Path(store)]
-    first = [s for s in family_v2_dataset(store, (0,), device).specs
-             if s.extra["config"] in SHIPPED_AS and not (s.out_dir / "config.json").is_file()]
+    first = [
+        s
+        for s in family_v2_dataset(store, (0,), device).specs
+        if s.extra["config"] in SHIPPED_AS and not (s.out_dir / "config.json").is_file()
+    ]
     train_specs(first, device, jobs, progress)  # the five seeds 0 that decide the reuse, before anything else
     reuse_shipped(FAMILY_V2_RUNS)
-    return run_datasets([family_v2_dataset(store, SEEDS, device, extra_seeds=extra_seeds)], device, jobs,
-                        progress)[Path(store)]
+    return run_datasets([family_v2_dataset(store, SEEDS, device, extra_seeds=extra_seeds)], device, jobs, progress)[
+        Path(store)
+    ]
 
 
-def _run_family_v2_distributed(store: Path, device: str, extra_seeds: bool, progress: bool,
-                               measure_only: bool) -> list[Profile] | None:
+def _run_family_v2_distributed(
+    store: Path, device: str, extra_seeds: bool, progress: bool, measure_only: bool
+) -> list[Profile] | None:
     import torch.distributed as dist
 
     env = distributed_rank()
     if env is None:
-        raise RuntimeError("--distributed runs under torchrun (RANK and WORLD_SIZE unset); start it with "
-                           "`torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed`")
+        raise RuntimeError(
+            "--distributed runs under torchrun (RANK and WORLD_SIZE unset); start it with "
+            "`torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed`"
+        )
     rank, world, _ = env
     dataset = family_v2_dataset(store, SEEDS, device, extra_seeds=extra_seeds)
     with _process_group():
         if not measure_only:
-            first = [s for s in family_v2_dataset(store, (0,), device).specs
-                     if s.extra["config"] in SHIPPED_AS and not (s.out_dir / "config.json").is_file()]
+            first = [
+                s
+                for s in family_v2_dataset(store, (0,), device).specs
+                if s.extra["config"] in SHIPPED_AS and not (s.out_dir / "config.json").is_file()
+            ]
             for spec in first[rank::world]:  # the five seeds 0 that decide the reuse, before anything else
                 _train_only(spec, _rank_device(device, env[2]))
             dist.barrier()
@@ -498,7 +570,8 @@ def load_results(path: Path = STORE, boundary: str = "zero") -> list[dict]:
 
 def ship_hf_checkpoints(runs_root: Path | None = None, root: Path | None = None, runs=None) -> None:
     """Copy the shipped HF runs' config.json and fp16 model into ``root`` and write its SHA256SUMS."""
-    from .specs import HF_CHECKPOINTS, HF_RUNS, HF_SHIPPED
+    from ..paths import HF_CHECKPOINTS
+    from .specs import HF_RUNS, HF_SHIPPED
 
     runs_root, root, runs = Path(runs_root or HF_RUNS), Path(root or HF_CHECKPOINTS), runs or HF_SHIPPED
     for run in runs:

@@ -16,9 +16,7 @@ from pathlib import Path
 import torch
 
 from ..model import ModelConfig, preset
-from ..paths import (
-    CHECKPOINTS, DATA, FAMILY_COMMAND, FAMILY_V2_COMMAND, HF_CHECKPOINTS, HF_COMMAND, REPRODUCE_COMMAND, RUNS,
-)
+from ..paths import CHECKPOINTS, DATA, FAMILY_COMMAND, FAMILY_V2_COMMAND, HF_COMMAND, REPRODUCE_COMMAND, RUNS
 from ..train import training_settings
 
 STORE = DATA / "results" / "default.safetensors"
@@ -40,8 +38,14 @@ def model_config(encoding: str, **overrides) -> ModelConfig:
 def run_meta(cfg, seed: int, training: dict, **extra) -> dict:
     """A run's metadata, stored beside its profiles: encoding, seed, train_len, the model config, the
     training settings as config.json records them, and any extra keys (a family label, the device...)."""
-    return {"encoding": cfg.encoding, "seed": seed, "train_len": cfg.train_len, "model": cfg.to_dict(),
-            "training": training_settings(**training, seed=seed), **extra}
+    return {
+        "encoding": cfg.encoding,
+        "seed": seed,
+        "train_len": cfg.train_len,
+        "model": cfg.to_dict(),
+        "training": training_settings(**training, seed=seed),
+        **extra,
+    }
 
 
 def checkpoint_dir(encoding: str, seed: int, root: Path = CHECKPOINTS) -> Path:
@@ -86,15 +90,26 @@ class Dataset:
     average_heads: bool = False
 
 
-def default_dataset(root: Path = CHECKPOINTS, store: Path = STORE, encodings=ENCODINGS, seeds=SEEDS,
-                    model: dict | None = None, training: dict | None = None, measure: dict | None = None) -> Dataset:
+def default_dataset(
+    root: Path = CHECKPOINTS,
+    store: Path = STORE,
+    encodings=ENCODINGS,
+    seeds=SEEDS,
+    model: dict | None = None,
+    training: dict | None = None,
+    measure: dict | None = None,
+) -> Dataset:
     """The shipped experiment: every encoding × seed at the default configuration (``model`` overrides
     of the preset, ``training``, ``measure``: None for the shipped settings), into ``root``."""
     training, measure = dict(training or TRAINING), dict(measure or MEASURE)
-    specs = [RunSpec(f"{e}-s{s}", model_config(e, **(model or {})), s, checkpoint_dir(e, s, root), training,
-                     measure=measure) for e in encodings for s in seeds]
-    return Dataset(Path(store), specs, {"command": REPRODUCE_COMMAND, "measure": measure, "training": training},
-                   sums=Path(root))
+    specs = [
+        RunSpec(f"{e}-s{s}", model_config(e, **(model or {})), s, checkpoint_dir(e, s, root), training, measure=measure)
+        for e in encodings
+        for s in seeds
+    ]
+    return Dataset(
+        Path(store), specs, {"command": REPRODUCE_COMMAND, "measure": measure, "training": training}, sums=Path(root)
+    )
 
 
 # The family v1 of notebook 05 (analysis plan data/results/family_plan.md; exploratory since plan v2): a label,
@@ -113,21 +128,43 @@ FAMILY_RUNS = RUNS / "family"
 FAMILY_STORE = DATA / "results" / "family.safetensors"
 
 
-def family_specs(seeds=SEEDS, runs_root: Path = FAMILY_RUNS, device: str = "cpu", family: dict = FAMILY,
-                 training: dict = FAMILY_TRAINING, probe: bool = False) -> list[RunSpec]:
+def family_specs(
+    seeds=SEEDS,
+    runs_root: Path = FAMILY_RUNS,
+    device: str = "cpu",
+    family: dict = FAMILY,
+    training: dict = FAMILY_TRAINING,
+    probe: bool = False,
+) -> list[RunSpec]:
     """Every member of ``family`` for every seed, as RunSpecs (label and changed fields in the metadata),
     seed by seed: a run stopped early leaves whole seeds of every member, not whole members."""
-    return [RunSpec(f"{slug(label)}-s{seed}", model_config(encoding, **params), seed,
-                    Path(runs_root) / f"{slug(label)}-s{seed}", dict(training),
-                    extra={"config": label, "params": params, "device": device}, probe=probe)
-            for seed in seeds for label, (encoding, params) in family.items()]
+    return [
+        RunSpec(
+            f"{slug(label)}-s{seed}",
+            model_config(encoding, **params),
+            seed,
+            Path(runs_root) / f"{slug(label)}-s{seed}",
+            dict(training),
+            extra={"config": label, "params": params, "device": device},
+            probe=probe,
+        )
+        for seed in seeds
+        for label, (encoding, params) in family.items()
+    ]
 
 
-def family_dataset(store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu", runs_root: Path = FAMILY_RUNS) -> Dataset:
-    """The family v1 as a Dataset (stored in float16: 63 models × 6 profiles)."""
-    about = {"command": FAMILY_COMMAND + (f" --device {device}" if device != "cpu" else ""), "measure": MEASURE,
-             "training": FAMILY_TRAINING, "device": device, "plan": "data/results/family_plan.md"}
-    return Dataset(Path(store), family_specs(seeds, runs_root, device), about, torch.float16)
+def family_dataset(
+    store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu", runs_root: Path = FAMILY_RUNS
+) -> Dataset:
+    """The family v1 as a Dataset (63 models × 6 profiles, stored as int16 head means, as the v2 family)."""
+    about = {
+        "command": FAMILY_COMMAND + (f" --device {device}" if device != "cpu" else ""),
+        "measure": MEASURE,
+        "training": FAMILY_TRAINING,
+        "device": device,
+        "plan": "data/results/family_plan.md",
+    }
+    return Dataset(Path(store), family_specs(seeds, runs_root, device), about, torch.int16, average_heads=True)
 
 
 # The v2 family (plan: data/results/family_plan_v2.md, committed before any of it was trained): v1's 21
@@ -138,8 +175,13 @@ def family_dataset(store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu",
 FAMILY_V2 = {**FAMILY, "t5 bias": ("t5", {}), "kerple log": ("kerple", {})}
 FAMILY_V2_RUNS = RUNS / "family_v2"
 FAMILY_V2_STORE = DATA / "results" / "family_v2.safetensors"
-SHIPPED_AS = {"rope base 10000": "rope", "xpos B 64": "xpos", "alibi slopes x1": "alibi",
-              "sinusoidal": "sinusoidal", "nope": "nope"}
+SHIPPED_AS = {
+    "rope base 10000": "rope",
+    "xpos B 64": "xpos",
+    "alibi slopes x1": "alibi",
+    "sinusoidal": "sinusoidal",
+    "nope": "nope",
+}
 EXTRA_SEEDS = (3, 4)  # of the RoPE-base and xPos-B settings, if time allows (a labelled secondary analysis)
 
 
@@ -154,17 +196,29 @@ def family_v2_specs(seeds=SEEDS, runs_root: Path = FAMILY_V2_RUNS, device: str =
     return sorted(specs, key=lambda s: (s.seed, s.extra["config"] not in SHIPPED_AS))  # stable: FAMILY_V2 order
 
 
-def family_v2_dataset(store: Path = FAMILY_V2_STORE, seeds=SEEDS, device: str = "cpu",
-                      runs_root: Path = FAMILY_V2_RUNS, extra_seeds: bool = False) -> Dataset:
+def family_v2_dataset(
+    store: Path = FAMILY_V2_STORE,
+    seeds=SEEDS,
+    device: str = "cpu",
+    runs_root: Path = FAMILY_V2_RUNS,
+    extra_seeds: bool = False,
+) -> Dataset:
     """The v2 family as a Dataset: the head means of ŝ and key0 (the plan's R is mean-scores) as int16
     codes, and the copy probe at every gap of the plan, with and without BCA; 69 runs in about 3.5 MB.
     ``extra_seeds``: also seeds 3 and 4 of :func:`extra_seed_settings` (the plan's secondary analysis)."""
     specs = family_v2_specs(seeds, runs_root, device)
     if extra_seeds:
-        specs += [s for s in family_v2_specs(EXTRA_SEEDS, runs_root, device) if s.extra["config"] in extra_seed_settings()]
-    about = {"command": FAMILY_V2_COMMAND + (f" --device {device}" if device != "cpu" else ""), "measure": MEASURE,
-             "training": TRAINING, "device": device, "plan": "data/results/family_plan_v2.md",
-             "stored": "head means of ŝ and key-0 scores, int16 codes per row (store.quantize)"}
+        specs += [
+            s for s in family_v2_specs(EXTRA_SEEDS, runs_root, device) if s.extra["config"] in extra_seed_settings()
+        ]
+    about = {
+        "command": FAMILY_V2_COMMAND + (f" --device {device}" if device != "cpu" else ""),
+        "measure": MEASURE,
+        "training": TRAINING,
+        "device": device,
+        "plan": "data/results/family_plan_v2.md",
+        "stored": "head means of ŝ and key-0 scores, int16 codes per row (store.quantize)",
+    }
     return Dataset(Path(store), specs, about, torch.int16, average_heads=True)
 
 
@@ -183,11 +237,19 @@ def hf_dataset(store: Path = HF_STORE, seeds=SEEDS, device: str = "cpu", runs_ro
     from ..hf import HFConfig
 
     d = preset("default")
-    specs = [RunSpec(f"hf-{arch}-s{seed}", HFConfig(arch, d.train_len, d.n_layer, d.n_head, d.d_model), seed,
-                     Path(runs_root) / f"hf-{arch}-s{seed}", dict(FAMILY_TRAINING),
-                     extra={"architecture": arch, "device": device},
-                     measure={**MEASURE, "multiples": (1,) if arch == "gpt2" else MEASURE["multiples"]})
-             for seed in seeds for arch in HF_TRAINED]
+    specs = [
+        RunSpec(
+            f"hf-{arch}-s{seed}",
+            HFConfig(arch, d.train_len, d.n_layer, d.n_head, d.d_model),
+            seed,
+            Path(runs_root) / f"hf-{arch}-s{seed}",
+            dict(FAMILY_TRAINING),
+            extra={"architecture": arch, "device": device},
+            measure={**MEASURE, "multiples": (1,) if arch == "gpt2" else MEASURE["multiples"]},
+        )
+        for seed in seeds
+        for arch in HF_TRAINED
+    ]
     about = {"command": HF_COMMAND, "measure": MEASURE, "training": FAMILY_TRAINING, "device": device}
     return Dataset(Path(store), specs, about)
 
@@ -207,11 +269,26 @@ SWEEP_POINTS = {  # changes from the default configuration: (model fields, train
 
 
 def large_dataset(out: Path, runs: Path, device: str) -> Dataset:
-    specs = [RunSpec(f"{e}-s{s}", preset("large", encoding=e), s, Path(runs) / "large" / f"{e}-s{s}",
-                     LARGE_TRAINING, {"device": device, "preset": "large"})
-             for s in SEEDS for e in ENCODINGS]
-    about = {"command": "python scripts/gpu_runs.py", "dataset": "large", "measure": MEASURE, "training": LARGE_TRAINING,
-             "device": device, "tf32": device.startswith("cuda")}
+    specs = [
+        RunSpec(
+            f"{e}-s{s}",
+            preset("large", encoding=e),
+            s,
+            Path(runs) / "large" / f"{e}-s{s}",
+            LARGE_TRAINING,
+            {"device": device, "preset": "large"},
+        )
+        for s in SEEDS
+        for e in ENCODINGS
+    ]
+    about = {
+        "command": "python scripts/gpu_runs.py",
+        "dataset": "large",
+        "measure": MEASURE,
+        "training": LARGE_TRAINING,
+        "device": device,
+        "tf32": device.startswith("cuda"),
+    }
     return Dataset(Path(out) / "large.safetensors", specs, about, torch.float16)
 
 
@@ -221,9 +298,22 @@ def sweep_dataset(out: Path, runs: Path, device: str) -> Dataset:
         training = {**TRAINING, **train_changes}
         for s in SEEDS:
             for e in SWEEP_ENCODINGS:
-                specs.append(RunSpec(f"{point}-{e}-s{s}", model_config(e, **model_changes), s,
-                                     Path(runs) / "sweep" / f"{point}-{e}-s{s}", training,
-                                     {"point": point, "device": device}, {**MEASURE, "multiples": (1, 2)}))
-    about = {"command": "python scripts/gpu_runs.py", "dataset": "sweep round 2",
-             "measure": {**MEASURE, "multiples": (1, 2)}, "device": device, "points": SWEEP_POINTS}
+                specs.append(
+                    RunSpec(
+                        f"{point}-{e}-s{s}",
+                        model_config(e, **model_changes),
+                        s,
+                        Path(runs) / "sweep" / f"{point}-{e}-s{s}",
+                        training,
+                        {"point": point, "device": device},
+                        {**MEASURE, "multiples": (1, 2)},
+                    )
+                )
+    about = {
+        "command": "python scripts/gpu_runs.py",
+        "dataset": "sweep round 2",
+        "measure": {**MEASURE, "multiples": (1, 2)},
+        "device": device,
+        "points": SWEEP_POINTS,
+    }
     return Dataset(Path(out) / "round2.safetensors", specs, about, torch.float16)

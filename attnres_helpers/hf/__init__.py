@@ -26,7 +26,27 @@ from .attention import (
 )
 from .pretrained import encoding_of, load_pretrained, measure_pretrained, measure_store, window_statistics
 
-__all__ = ["HF_ARCHITECTURES", "HFCausalLM", "HFConfig", "build", "FORMS", "METHODS", "CaptureError", "LayerQK",
-           "capture", "captured_s_hat", "captured_scores", "capturing", "check_capturable", "context_length",
-           "layer_key0", "layer_s_hat", "layer_scores", "encoding_of", "load_pretrained", "measure_pretrained",
-           "measure_store", "window_statistics"]
+__all__ = [
+    "HF_ARCHITECTURES",
+    "HFCausalLM",
+    "HFConfig",
+    "build",
+    "FORMS",
+    "METHODS",
+    "CaptureError",
+    "LayerQK",
+    "capture",
+    "captured_s_hat",
+    "captured_scores",
+    "capturing",
+    "check_capturable",
+    "context_length",
+    "layer_key0",
+    "layer_s_hat",
+    "layer_scores",
+    "encoding_of",
+    "load_pretrained",
+    "measure_pretrained",
+    "measure_store",
+    "window_statistics",
+]

@@ -44,8 +44,10 @@ class HFConfig:
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1 << 16:
                 raise ValueError(f"{name} must be an integer in [1, 65536], got {value!r}")
         if self.train_len < 2 or self.d_model % self.n_head or (self.d_model // self.n_head) % 2:
-            raise ValueError(f"need train_len >= 2 and an even head dim d_model/n_head, got train_len "
-                             f"{self.train_len}, d_model {self.d_model}, n_head {self.n_head}")
+            raise ValueError(
+                f"need train_len >= 2 and an even head dim d_model/n_head, got train_len "
+                f"{self.train_len}, d_model {self.d_model}, n_head {self.n_head}"
+            )
 
     @property
     def encoding(self) -> str:
@@ -54,35 +56,64 @@ class HFConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def build(self) -> "HFCausalLM":
+    def build(self) -> HFCausalLM:
         """The model of this config (random weights), behind this project's model interface."""
         return HFCausalLM(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "HFConfig":
+    def from_dict(cls, d: dict) -> HFConfig:
         names = {f.name for f in fields(cls)}
         if set(d) != names:
-            raise ValueError(f"HF model config keys do not match: unknown {sorted(set(d) - names)}, "
-                             f"missing {sorted(names - set(d))}")
+            raise ValueError(
+                f"HF model config keys do not match: unknown {sorted(set(d) - names)}, missing {sorted(names - set(d))}"
+            )
         return cls(**d)
 
     def transformers_config(self):
         """The `transformers` config object for this architecture."""
         d, common = self.d_model, {"vocab_size": self.vocab_size, "tie_word_embeddings": True}
         if self.architecture == "llama":
-            return transformers.LlamaConfig(hidden_size=d, intermediate_size=4 * d, num_hidden_layers=self.n_layer,
-                                            num_attention_heads=self.n_head, num_key_value_heads=self.n_head,
-                                            max_position_embeddings=self.train_len, **common)
+            return transformers.LlamaConfig(
+                hidden_size=d,
+                intermediate_size=4 * d,
+                num_hidden_layers=self.n_layer,
+                num_attention_heads=self.n_head,
+                num_key_value_heads=self.n_head,
+                max_position_embeddings=self.train_len,
+                **common,
+            )
         if self.architecture == "bloom":
-            return transformers.BloomConfig(hidden_size=d, n_layer=self.n_layer, n_head=self.n_head,
-                                            hidden_dropout=0.0, attention_dropout=0.0, **common)
+            return transformers.BloomConfig(
+                hidden_size=d,
+                n_layer=self.n_layer,
+                n_head=self.n_head,
+                hidden_dropout=0.0,
+                attention_dropout=0.0,
+                **common,
+            )
         if self.architecture == "gpt2":
-            return transformers.GPT2Config(n_embd=d, n_layer=self.n_layer, n_head=self.n_head, n_positions=self.train_len,
-                                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                           bos_token_id=None, eos_token_id=None, **common)
-        return transformers.GPTNeoXConfig(hidden_size=d, intermediate_size=4 * d, num_hidden_layers=self.n_layer,
-                                          num_attention_heads=self.n_head, max_position_embeddings=self.train_len,
-                                          hidden_dropout=0.0, attention_dropout=0.0, **common)
+            return transformers.GPT2Config(
+                n_embd=d,
+                n_layer=self.n_layer,
+                n_head=self.n_head,
+                n_positions=self.train_len,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+                bos_token_id=None,
+                eos_token_id=None,
+                **common,
+            )
+        return transformers.GPTNeoXConfig(
+            hidden_size=d,
+            intermediate_size=4 * d,
+            num_hidden_layers=self.n_layer,
+            num_attention_heads=self.n_head,
+            max_position_embeddings=self.train_len,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+            **common,
+        )
 
 
 def build(cfg: HFConfig):

@@ -108,15 +108,22 @@ def _capture_attention(module, query, key, value, attention_mask, scaling=None, 
         raise RuntimeError(f"the {CAPTURE!r} attention runs only inside attnres_helpers.hf.capture")
     changed = [name for name in UNCAPTURABLE_KWARGS if kwargs.get(name) is not None]
     if changed:
-        raise CaptureError(f"{type(module).__name__} passes {', '.join(changed)} to its attention: its pre-softmax "
-                           "score is not scaling · q·k + mask, so ŝ (Eq. 11) is not defined from q and k; "
-                           "this architecture cannot be captured")
+        raise CaptureError(
+            f"{type(module).__name__} passes {', '.join(changed)} to its attention: its pre-softmax "
+            "score is not scaling · q·k + mask, so ŝ (Eq. 11) is not defined from q and k; "
+            "this architecture cannot be captured"
+        )
     scaling = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
     groups = query.shape[1] // key.shape[1]
-    consumer(LayerQK(query.detach().float(), key.repeat_interleave(groups, dim=1).detach().float(), scaling,
-                     _allowed(attention_mask, key.shape[-2])))
-    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                  **kwargs)
+    consumer(
+        LayerQK(
+            query.detach().float(),
+            key.repeat_interleave(groups, dim=1).detach().float(),
+            scaling,
+            _allowed(attention_mask, key.shape[-2]),
+        )
+    )
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
 
 
 AttentionInterface.register(CAPTURE, _capture_attention)
@@ -132,7 +139,11 @@ def _allowed(mask: torch.Tensor | None, T_k: int) -> torch.Tensor | None:
     allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(torch.float32).min / 2
     T_q = allowed.shape[-2]
     causal = torch.ones(T_q, T_k, dtype=torch.bool, device=allowed.device).tril()
-    if T_q == T_k and bool((allowed == causal).all()) and (mask.dtype == torch.bool or bool((mask[..., causal] == 0).all())):
+    if (
+        T_q == T_k
+        and bool((allowed == causal).all())
+        and (mask.dtype == torch.bool or bool((mask[..., causal] == 0).all()))
+    ):
         return None
     return allowed
 
@@ -149,8 +160,15 @@ def _bloom_hooks(model, consume: Callable[[LayerQK], None]) -> list:
         slopes = alibi[0, :, 1] - alibi[0, :, 0]  # the model's own m_h
         if not torch.allclose(alibi, slopes[None, :, None] * torch.arange(alibi.shape[-1], device=alibi.device)):
             raise ValueError("BLOOM's ALiBi tensor is not slope · key index (padding?): capture needs unpadded input")
-        consume(LayerQK(q.detach().float(), k.detach().float(), float(module.inv_norm_factor),
-                        _allowed(mask, T), slopes.detach()))
+        consume(
+            LayerQK(
+                q.detach().float(),
+                k.detach().float(),
+                float(module.inv_norm_factor),
+                _allowed(mask, T),
+                slopes.detach(),
+            )
+        )
 
     attention = type(model.transformer.h[0].self_attention)
     return [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules() if isinstance(m, attention)]
@@ -161,9 +179,11 @@ def check_capturable(model) -> str:
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type in HOOKED_TYPES or getattr(model, "_supports_attention_backend", False):
         return model_type
-    raise CaptureError(f"model_type {model_type!r} computes its attention inside its own module, not through "
-                       "transformers' AttentionInterface, so its scores cannot be captured here (capturable: every "
-                       f"model whose class sets _supports_attention_backend, and {', '.join(HOOKED_TYPES)})")
+    raise CaptureError(
+        f"model_type {model_type!r} computes its attention inside its own module, not through "
+        "transformers' AttentionInterface, so its scores cannot be captured here (capturable: every "
+        f"model whose class sets _supports_attention_backend, and {', '.join(HOOKED_TYPES)})"
+    )
 
 
 def context_length(model) -> int | None:
@@ -175,7 +195,9 @@ def context_length(model) -> int | None:
 def check_input_ids(model, input_ids) -> None:
     """A clear error for input_ids that are not a (B, T >= 2) integer tensor the model can take."""
     if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
-        raise ValueError(f"input_ids must be a (B, T) tensor of token ids, got {getattr(input_ids, 'shape', type(input_ids))}")
+        raise ValueError(
+            f"input_ids must be a (B, T) tensor of token ids, got {getattr(input_ids, 'shape', type(input_ids))}"
+        )
     if input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"input_ids must be an integer tensor (torch.long), got {input_ids.dtype}")
     B, T = input_ids.shape
@@ -187,8 +209,10 @@ def check_input_ids(model, input_ids) -> None:
     positions = getattr(model.config, "n_positions", None) if model.config.model_type in ("gpt2", "opt") else None
     positions = positions or (model.config.max_position_embeddings if model.config.model_type == "opt" else None)
     if positions is not None and T > positions:
-        raise ValueError(f"{model.config.model_type} has learned absolute positions for {positions} tokens; T = {T} is "
-                         "past them: there is no position embedding to extrapolate with")
+        raise ValueError(
+            f"{model.config.model_type} has learned absolute positions for {positions} tokens; T = {T} is "
+            "past them: there is no position embedding to extrapolate with"
+        )
 
 
 @contextmanager
@@ -223,8 +247,9 @@ def _layers(model) -> int:
 
 
 @torch.no_grad()
-def capture(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-            ) -> tuple[torch.Tensor, list[LayerQK]]:
+def capture(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, list[LayerQK]]:
     """Run ``input_ids (B, T)`` through ``model`` once: (logits (B, T, V), one :class:`LayerQK` per layer).
     ``attention_mask``: None (causal), or a 4-D bool mask (True: attend) used as it is."""
     check_input_ids(model, input_ids)
@@ -232,8 +257,10 @@ def capture(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None 
     with capturing(model, layers.append):
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
     if len(layers) != _layers(model):
-        raise CaptureError(f"{len(layers)} of {_layers(model)} attention layers were captured: this model does not "
-                           "route every layer's attention through transformers' AttentionInterface")
+        raise CaptureError(
+            f"{len(layers)} of {_layers(model)} attention layers were captured: this model does not "
+            "route every layer's attention through transformers' AttentionInterface"
+        )
     return logits, layers
 
 
@@ -252,7 +279,9 @@ def layer_scores(layer: LayerQK, form: str = "raw") -> torch.Tensor:
         pos = torch.arange(T, dtype=scores.dtype, device=scores.device)
         offset = pos[None, :] if form == "raw" else pos[None, :] - pos[:, None]  # slope·j, or −slope·(i−j)
         scores = scores + layer.slopes.to(scores)[:, None, None] * offset
-    allowed = torch.ones(T, T, dtype=torch.bool, device=scores.device).tril() if layer.allowed is None else layer.allowed
+    allowed = (
+        torch.ones(T, T, dtype=torch.bool, device=scores.device).tril() if layer.allowed is None else layer.allowed
+    )
     return scores.masked_fill(~allowed, float("-inf"))
 
 
@@ -282,12 +311,16 @@ def layer_s_hat(layer: LayerQK, method: str = "fft", form: str = "relative") -> 
     if method == "explicit":
         return diagonal_means(layer_scores(layer, form)).double().mean(0)
     if form == "raw" and layer.slopes is not None:
-        raise ValueError("the raw form of ALiBi (slope · key index) is not a function of distance: "
-                         "use method='explicit' for form='raw'")
+        raise ValueError(
+            "the raw form of ALiBi (slope · key index) is not a function of distance: "
+            "use method='explicit' for form='raw'"
+        )
     structure = layer.mask_structure()
     if structure is None:
-        raise ValueError("the model's mask is neither causal, a causal sliding window nor BCA (padding?): "
-                         "the FFT estimator needs one of those; use method='explicit'")
+        raise ValueError(
+            "the model's mask is neither causal, a causal sliding window nor BCA (padding?): "
+            "the FFT estimator needs one of those; use method='explicit'"
+        )
     kind, size = structure
     s_hat = expected_scores_fft(layer.q, layer.k, layer.scaling, block=size if kind == "bca" else None)  # (H, T)
     if kind == "window":

@@ -29,11 +29,28 @@ from ..data import eval_windows, load_splits
 from ..files import save_safetensors
 from ..model import blockwise_causal_mask
 from ..store import Profile, average_heads, save_profiles
-from .attention import METHODS, CaptureError, LayerQK, _check_choice, capturing, check_input_ids, layer_key0, layer_s_hat
+from .attention import (
+    METHODS,
+    CaptureError,
+    LayerQK,
+    _check_choice,
+    capturing,
+    check_input_ids,
+    layer_key0,
+    layer_s_hat,
+)
 
 NLL_CHUNK = 1024  # positions whose logits exist at once
-CONFIG_KEYS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
-               "max_position_embeddings", "vocab_size", "rope_parameters")  # kept in a store's run metadata
+CONFIG_KEYS = (
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_size",
+    "max_position_embeddings",
+    "vocab_size",
+    "rope_parameters",
+)  # kept in a store's run metadata
 UNSUPPORTED_HEADS = ("final_logit_softcapping", "logit_scale")  # applied after the head by some models
 
 
@@ -51,8 +68,10 @@ def _nll_in_chunks(model, hidden: torch.Tensor, targets: torch.Tensor, chunk: in
     through the model's output head ``chunk`` positions at a time."""
     changed = [name for name in UNSUPPORTED_HEADS if getattr(model.config, name, None) not in (None, 1, 1.0)]
     if changed:
-        raise CaptureError(f"{model.config.model_type} applies {', '.join(changed)} after its output head; "
-                           "the per-position NLL is not implemented for it")
+        raise CaptureError(
+            f"{model.config.model_type} applies {', '.join(changed)} after its output head; "
+            "the per-position NLL is not implemented for it"
+        )
     head = model.get_output_embeddings()
     T = hidden.shape[1]
     out = torch.empty(T, dtype=torch.float64)
@@ -76,8 +95,10 @@ def window_statistics(model, window: torch.Tensor, block: int | None = None, met
     mask = None
     if block is not None:
         if model.config.model_type == "bloom" or getattr(model.config, "sliding_window", None):
-            raise CaptureError(f"BCA is measured here for full-attention models whose attention goes through "
-                               f"transformers' AttentionInterface, not {model.config.model_type}")
+            raise CaptureError(
+                f"BCA is measured here for full-attention models whose attention goes through "
+                f"transformers' AttentionInterface, not {model.config.model_type}"
+            )
         mask = blockwise_causal_mask(T, block)[None, None].to(x.device)  # (1, 1, T, T) bool
     s_hats, key0s = [], []
 
@@ -118,7 +139,9 @@ def check_lengths(n_tokens: int, lengths: Sequence[int], n_windows: int) -> None
         if isinstance(T, bool) or not isinstance(T, int) or T < 2:
             raise ValueError(f"each length must be an integer >= 2 tokens, got {T!r}")
         if n_tokens < T + 1:
-            raise ValueError(f"the held-out text has {n_tokens} tokens, too few for one window of {T + 1} at length {T}")
+            raise ValueError(
+                f"the held-out text has {n_tokens} tokens, too few for one window of {T + 1} at length {T}"
+            )
     if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
         raise ValueError(f"n_windows must be a positive integer, got {n_windows!r}")
 
@@ -145,9 +168,18 @@ def _read_work(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     return done, tensors
 
 
-def measure_store(model, run: str, meta: dict, lengths: Sequence[int], bca_lengths: Sequence[int] = (),
-                  n_windows: int = 8, work: Path | None = None, method: str = "fft", progress: bool = True,
-                  ids: torch.Tensor | None = None) -> list[Profile]:
+def measure_store(
+    model,
+    run: str,
+    meta: dict,
+    lengths: Sequence[int],
+    bca_lengths: Sequence[int] = (),
+    n_windows: int = 8,
+    work: Path | None = None,
+    method: str = "fft",
+    progress: bool = True,
+    ids: torch.Tensor | None = None,
+) -> list[Profile]:
     """Profiles of ``model`` at every length (causal) and at ``bca_lengths`` with BCA (blocks of
     train_len/2), each the mean over up to ``n_windows`` held-out windows.
 
@@ -161,8 +193,14 @@ def measure_store(model, run: str, meta: dict, lengths: Sequence[int], bca_lengt
     L = meta["train_len"]
     # longest first, BCA right after its causal twin: a run stopped early keeps the lengths that matter most
     jobs = sorted([(T, False) for T in lengths] + [(T, True) for T in bca_lengths], key=lambda j: (-j[0], j[1]))
-    settings = {"run": run, "lengths": list(lengths), "bca_lengths": list(bca_lengths), "n_windows": n_windows,
-                "method": method, "tokens": len(ids)}
+    settings = {
+        "run": run,
+        "lengths": list(lengths),
+        "bca_lengths": list(bca_lengths),
+        "n_windows": n_windows,
+        "method": method,
+        "tokens": len(ids),
+    }
     done, sums = _read_work(Path(work)) if work else ({}, {})
     if done and done.get("settings") != settings:
         raise ValueError(f"work file {work} was written by a measurement with other settings; delete it or use another")
@@ -183,16 +221,30 @@ def measure_store(model, run: str, meta: dict, lengths: Sequence[int], bca_lengt
     profiles = []
     for T, bca in sorted(jobs):
         key, n = _work_key(T, bca), len(windows[T])
-        profiles.append(Profile(run, {**meta, "windows": {str(t): len(windows[t]) for t in lengths}}, T, bca,
-                                (sums[f"{key}/s_hat"] / n).float(), sums[f"{key}/nll"] / n, (sums[f"{key}/key0"] / n).float()))
+        profiles.append(
+            Profile(
+                run,
+                {**meta, "windows": {str(t): len(windows[t]) for t in lengths}},
+                T,
+                bca,
+                (sums[f"{key}/s_hat"] / n).float(),
+                sums[f"{key}/nll"] / n,
+                (sums[f"{key}/key0"] / n).float(),
+            )
+        )
     return profiles
 
 
 def _local_folder(name_or_path: str | Path) -> Path | None:
     """A local folder for anything that looks like a path (an error if it does not exist); None for a hub name."""
     text = str(name_or_path)
-    looks_local = (isinstance(name_or_path, Path) or text.startswith((".", "/", "~")) or Path(text).exists()
-                   or text.count("/") != 1 or Path(text).parent.is_dir())  # "runs/x" with a local runs/: a path
+    looks_local = (
+        isinstance(name_or_path, Path)
+        or text.startswith((".", "/", "~"))
+        or Path(text).exists()
+        or text.count("/") != 1
+        or Path(text).parent.is_dir()
+    )  # "runs/x" with a local runs/: a path
     if not looks_local:
         return None
     folder = Path(text).expanduser()
@@ -216,8 +268,18 @@ def _local_folder(name_or_path: str | Path) -> Path | None:
     return folder
 
 
-SIZE_KEYS = ("num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "num_hidden_layers", "n_layer",
-             "hidden_size", "n_embd", "head_dim", "vocab_size")  # a config's sizes, checked before any model is built
+SIZE_KEYS = (
+    "num_attention_heads",
+    "n_head",
+    "num_heads",
+    "num_key_value_heads",
+    "num_hidden_layers",
+    "n_layer",
+    "hidden_size",
+    "n_embd",
+    "head_dim",
+    "vocab_size",
+)  # a config's sizes, checked before any model is built
 
 
 def _own_format(folder: Path, keys: dict) -> str:
@@ -226,9 +288,11 @@ def _own_format(folder: Path, keys: dict) -> str:
 
     command, store = made_by(folder)
     store = store.relative_to(ROOT) if store.is_relative_to(ROOT) else store
-    return (f"{folder} is a checkpoint in this project's own format, not a transformers folder: its measurements are "
-            f"read by `python -m attnres_helpers results --store {store}` and made by `{command}`; in Python, "
-            "load it with attnres_helpers.checkpoints.load_checkpoint")
+    return (
+        f"{folder} is a checkpoint in this project's own format, not a transformers folder: its measurements are "
+        f"read by `python -m attnres_helpers results --store {store}` and made by `{command}`; in Python, "
+        "load it with attnres_helpers.checkpoints.load_checkpoint"
+    )
 
 
 def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0):
@@ -246,11 +310,13 @@ def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0):
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()  # a failed load is our one line, not transformers' load report too
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, use_safetensors=True, local_files_only=folder is not None,
-                                                     dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, use_safetensors=True, local_files_only=folder is not None, dtype=torch.float32
+        )
     except Exception as err:  # transformers' own errors, whatever their kind (a bad config, bad weights): one line
-        raise ValueError(f"{source}: cannot load a safetensors causal LM ({type(err).__name__}: "
-                         f"{_first_line(err)})") from None
+        raise ValueError(
+            f"{source}: cannot load a safetensors causal LM ({type(err).__name__}: {_first_line(err)})"
+        ) from None
     finally:
         transformers_logging.set_verbosity(verbosity)
     n_heads = getattr(model.config, "num_attention_heads", None) or getattr(model.config, "n_head", None)
@@ -276,12 +342,21 @@ def _check_hub(name: str, timeout_s: float) -> None:
     try:
         socket.create_connection(("huggingface.co", 443), timeout=timeout_s).close()
     except OSError:
-        raise ValueError(f"{name!r} is not a local folder and the Hugging Face hub cannot be reached "
-                         "(no network); give the path of a downloaded model folder") from None
+        raise ValueError(
+            f"{name!r} is not a local folder and the Hugging Face hub cannot be reached "
+            "(no network); give the path of a downloaded model folder"
+        ) from None
 
 
-def measure_pretrained(name_or_path, lengths: Sequence[float] = (1, 2), n_windows: int = 4, method: str = "fft",
-                       train_len: int | None = None, bca: Sequence[float] = (), progress: bool = False) -> list[dict]:
+def measure_pretrained(
+    name_or_path,
+    lengths: Sequence[float] = (1, 2),
+    n_windows: int = 4,
+    method: str = "fft",
+    train_len: int | None = None,
+    bca: Sequence[float] = (),
+    progress: bool = False,
+) -> list[dict]:
     """Records (:func:`attnres_helpers.store.records`) of a pretrained causal LM at ``k × L`` for k in
     ``lengths`` (L = ``train_len``, or the context in its config), with BCA at the multiples in ``bca``.
     Every argument is checked before the model is loaded or anything is measured."""
@@ -289,8 +364,9 @@ def measure_pretrained(name_or_path, lengths: Sequence[float] = (1, 2), n_window
 
     _check_choice("method", method, METHODS)
     for name, values in (("lengths", lengths), ("bca", bca)):
-        if not all(isinstance(k, (int, float)) and not isinstance(k, bool) and math.isfinite(k) and 0 < k <= 64
-                   for k in values):
+        if not all(
+            isinstance(k, (int, float)) and not isinstance(k, bool) and math.isfinite(k) and 0 < k <= 64 for k in values
+        ):
             raise ValueError(f"{name} must be multiples of L in (0, 64], got {list(values)!r}")
     if not lengths:
         raise ValueError("no lengths to measure")
@@ -303,11 +379,17 @@ def measure_pretrained(name_or_path, lengths: Sequence[float] = (1, 2), n_window
     Ts = [int(k * L) for k in lengths]
     ids = held_out_ids(model)
     check_lengths(len(ids), Ts, n_windows)
-    meta = {"encoding": encoding_of(model.config), "train_len": L, "seed": 0, "model": str(name_or_path),
-            "architecture": model.config.model_type}
+    meta = {
+        "encoding": encoding_of(model.config),
+        "train_len": L,
+        "seed": 0,
+        "model": str(name_or_path),
+        "architecture": model.config.model_type,
+    }
     run = Path(str(name_or_path)).name or str(name_or_path).replace("/", "--")
-    return records(measure_store(model, run, meta, Ts, [int(k * L) for k in bca], n_windows, None, method,
-                                 progress, ids))
+    return records(
+        measure_store(model, run, meta, Ts, [int(k * L) for k in bca], n_windows, None, method, progress, ids)
+    )
 
 
 def _context_length(model) -> int:
@@ -327,9 +409,18 @@ def save_reduced(path: Path, profiles: list[Profile], about: dict, per_head_up_t
     save_profiles(path, average_heads(profiles, lengths), about, torch.int16)
 
 
-def measure_pretrained_store(name_or_path, store: Path, lengths: Sequence[float], bca: Sequence[float] = (),
-                             n_windows: int = 8, method: str = "fft", train_len: int | None = None,
-                             work: Path | None = None, per_head_up_to: int = 2048, progress: bool = True) -> Path:
+def measure_pretrained_store(
+    name_or_path,
+    store: Path,
+    lengths: Sequence[float],
+    bca: Sequence[float] = (),
+    n_windows: int = 8,
+    method: str = "fft",
+    train_len: int | None = None,
+    work: Path | None = None,
+    per_head_up_to: int = 2048,
+    progress: bool = True,
+) -> Path:
     """:func:`measure_store` of a model folder into ``store`` (see :func:`save_reduced`), resumable through
     ``work`` (default ``runs/<store name>.work.safetensors``)."""
     from ..paths import RUNS
@@ -341,17 +432,32 @@ def measure_pretrained_store(name_or_path, store: Path, lengths: Sequence[float]
     check_lengths(len(ids), Ts, n_windows)
     folder = Path(str(name_or_path))
     sums = folder / "SHA256SUMS"
-    meta = {"encoding": encoding_of(model.config), "train_len": L, "seed": 0, "model": folder.name,
-            "architecture": model.config.model_type,
-            "weights": hashlib.sha256(sums.read_bytes()).hexdigest()[:16] if sums.is_file() else None,
-            "config": {k: getattr(model.config, k, None) for k in CONFIG_KEYS}}
+    meta = {
+        "encoding": encoding_of(model.config),
+        "train_len": L,
+        "seed": 0,
+        "model": folder.name,
+        "architecture": model.config.model_type,
+        "weights": hashlib.sha256(sums.read_bytes()).hexdigest()[:16] if sums.is_file() else None,
+        "config": {k: getattr(model.config, k, None) for k in CONFIG_KEYS},
+    }
     work = Path(work) if work else RUNS / f"{Path(store).stem}.work.safetensors"
     profiles = measure_store(model, folder.name, meta, Ts, bca_Ts, n_windows, work, method, progress, ids)
-    command = (f"python -m attnres_helpers measure-hf --model {name_or_path} --train-len {L} --lengths "
-               f"{','.join(f'{k:g}' for k in lengths)}" + (f" --bca {','.join(f'{k:g}' for k in bca)}" if bca else "")
-               + f" --windows {n_windows} --method {method} --store {store} --per-head-up-to {per_head_up_to}")
-    about = {"command": command,
-             "lengths": Ts, "bca_lengths": bca_Ts, "n_windows": n_windows, "method": method, "held_out_tokens": len(ids),
-             "per_head_up_to": per_head_up_to, "dtype": "int16 fixed point per row (store.quantize)"}
+    command = (
+        f"python -m attnres_helpers measure-hf --model {name_or_path} --train-len {L} --lengths "
+        f"{','.join(f'{k:g}' for k in lengths)}"
+        + (f" --bca {','.join(f'{k:g}' for k in bca)}" if bca else "")
+        + f" --windows {n_windows} --method {method} --store {store} --per-head-up-to {per_head_up_to}"
+    )
+    about = {
+        "command": command,
+        "lengths": Ts,
+        "bca_lengths": bca_Ts,
+        "n_windows": n_windows,
+        "method": method,
+        "held_out_tokens": len(ids),
+        "per_head_up_to": per_head_up_to,
+        "dtype": "int16 fixed point per row (store.quantize)",
+    }
     save_reduced(Path(store), profiles, about, per_head_up_to)
     return Path(store)

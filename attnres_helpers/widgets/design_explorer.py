@@ -10,8 +10,20 @@ import ipywidgets as widgets
 from ..encodings import DESIGN_CURVES, Param, default_params
 from ..metric import BOUNDARIES, HEAD_MODES
 from .design import (
-    COMPARE_DEFAULT, DEFAULT_BOUNDARY, DEFAULT_HEAD_MODE, HEAD_NOTE, INERT_PARAMS, L_RANGE, SLIDER_LABELS,
-    check_explorer_length, compare_readout_html, compare_states, explorer_notes, explorer_state, help_html, readout_html,
+    COMPARE_DEFAULT,
+    DEFAULT_BOUNDARY,
+    DEFAULT_HEAD_MODE,
+    HEAD_NOTE,
+    INERT_PARAMS,
+    L_RANGE,
+    SLIDER_LABELS,
+    check_explorer_length,
+    compare_readout_html,
+    compare_states,
+    explorer_notes,
+    explorer_state,
+    help_html,
+    readout_html,
     slider_bounds,
 )
 from .design_figures import CompareFigure, SingleFigure
@@ -30,16 +42,30 @@ def param_slider(name: str, param: Param, encoding: str | None = None, params: d
     """
     low, high = (param.low, param.high) if encoding is None else slider_bounds(encoding, name, params)
     reason = INERT_PARAMS.get((encoding, name))
-    common = dict(description=SLIDER_LABELS.get(name, name), continuous_update=False, style=LABEL_STYLE,
-                  layout=widgets.Layout(width="340px"), disabled=reason is not None, tooltip=reason or "")
+    common = dict(
+        description=SLIDER_LABELS.get(name, name),
+        continuous_update=False,
+        style=LABEL_STYLE,
+        layout=widgets.Layout(width="340px"),
+        disabled=reason is not None,
+        tooltip=reason or "",
+    )
     if param.kind == "int":
         slider = widgets.IntSlider(value=param.default, min=low, max=high, step=param.step, **common)
     elif param.kind == "log":
         slider = widgets.FloatLogSlider(
-            value=param.default, base=10, min=math.log10(low), max=math.log10(high), step=param.step, readout_format=".3g", **common
+            value=param.default,
+            base=10,
+            min=math.log10(low),
+            max=math.log10(high),
+            step=param.step,
+            readout_format=".3g",
+            **common,
         )
     else:
-        slider = widgets.FloatSlider(value=param.default, min=low, max=high, step=param.step, readout_format=".2f", **common)
+        slider = widgets.FloatSlider(
+            value=param.default, min=low, max=high, step=param.step, readout_format=".2f", **common
+        )
     return slider.add_class(f"attnres-slider-{name}")
 
 
@@ -60,29 +86,56 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
     default_params(name)  # raises ValueError for an unknown encoding, listing the known ones
     L = check_explorer_length(L)
     low, high, step = L_RANGE
-    mode = widgets.ToggleButtons(options=["single", "compare"], value="single", description="mode",
-                                 style=LABEL_STYLE).add_class("attnres-mode")
-    encoding = widgets.Dropdown(options=list(DESIGN_CURVES), value=name, description="encoding",
-                                style=LABEL_STYLE).add_class("attnres-encoding")
-    chosen = widgets.SelectMultiple(options=list(DESIGN_CURVES), value=COMPARE_DEFAULT, rows=len(DESIGN_CURVES),
-                                    description="compare", style=LABEL_STYLE).add_class("attnres-compare-choice")
-    length = widgets.IntSlider(value=L, min=low, max=high, step=step, description="L (train)", style=LABEL_STYLE,
-                               continuous_update=False, readout=False, layout=widgets.Layout(width="430px"))
+    mode = widgets.ToggleButtons(
+        options=["single", "compare"], value="single", description="mode", style=LABEL_STYLE
+    ).add_class("attnres-mode")
+    encoding = widgets.Dropdown(
+        options=list(DESIGN_CURVES), value=name, description="encoding", style=LABEL_STYLE
+    ).add_class("attnres-encoding")
+    chosen = widgets.SelectMultiple(
+        options=list(DESIGN_CURVES),
+        value=COMPARE_DEFAULT,
+        rows=len(DESIGN_CURVES),
+        description="compare",
+        style=LABEL_STYLE,
+    ).add_class("attnres-compare-choice")
+    length = widgets.IntSlider(
+        value=L,
+        min=low,
+        max=high,
+        step=step,
+        description="L (train)",
+        style=LABEL_STYLE,
+        continuous_update=False,
+        readout=False,
+        layout=widgets.Layout(width="430px"),
+    )
     length.add_class("attnres-slider-L")
-    length_box = widgets.IntText(value=L, layout=widgets.Layout(width="90px"),
-                                 tooltip=f"any integer in [{low}, {high}]").add_class("attnres-L-box")
-    boundary = widgets.Dropdown(options=BOUNDARIES, value=DEFAULT_BOUNDARY, description="boundary",
-                                style=LABEL_STYLE).add_class("attnres-boundary")
-    head_mode = widgets.Dropdown(options=HEAD_MODES, value=DEFAULT_HEAD_MODE, description="head convention",
-                                 style=LABEL_STYLE, layout=widgets.Layout(flex="0 0 auto")).add_class("attnres-head-mode")
+    length_box = widgets.IntText(
+        value=L, layout=widgets.Layout(width="90px"), tooltip=f"any integer in [{low}, {high}]"
+    ).add_class("attnres-L-box")
+    boundary = widgets.Dropdown(
+        options=BOUNDARIES, value=DEFAULT_BOUNDARY, description="boundary", style=LABEL_STYLE
+    ).add_class("attnres-boundary")
+    head_mode = widgets.Dropdown(
+        options=HEAD_MODES,
+        value=DEFAULT_HEAD_MODE,
+        description="head convention",
+        style=LABEL_STYLE,
+        layout=widgets.Layout(flex="0 0 auto"),
+    ).add_class("attnres-head-mode")
     head_note = widgets.HTML().add_class("attnres-head-note")
-    reset = widgets.Button(description="reset to defaults", tooltip="the encoding's parameters, L, boundary and head convention")
+    reset = widgets.Button(
+        description="reset to defaults", tooltip="the encoding's parameters, L, boundary and head convention"
+    )
     reset.add_class("attnres-reset")
     summary = widgets.HTML()
     params_box = widgets.VBox()
     notes = widgets.HTML().add_class("attnres-note")
     warning = widgets.HTML(layout=widgets.Layout(display="none")).add_class("attnres-warning")
-    help_box = widgets.HTML(help_html(L, name), layout=widgets.Layout(width="330px", margin="0 0 0 12px")).add_class("attnres-help")
+    help_box = widgets.HTML(help_html(L, name), layout=widgets.Layout(width="330px", margin="0 0 0 12px")).add_class(
+        "attnres-help"
+    )
     readout = widgets.HTML().add_class("attnres-readout")
     error = widgets.HTML(layout=widgets.Layout(display="none")).add_class("attnres-error")
     single_figure, compare_figure = SingleFigure(), CompareFigure()
@@ -132,7 +185,13 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         try:
             if mode.value == "single":
                 sync_bounds()
-                state = explorer_state(encoding.value, length.value, {k: s.value for k, s in sliders.items()}, boundary.value, head_mode.value)
+                state = explorer_state(
+                    encoding.value,
+                    length.value,
+                    {k: s.value for k, s in sliders.items()},
+                    boundary.value,
+                    head_mode.value,
+                )
                 show_head_convention([state])
                 show_notes(*explorer_notes(state))
                 readout.value, help_box.value = readout_html(state), help_html(L, encoding.value)
@@ -141,7 +200,12 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
                 states = compare_states(chosen.value, length.value, boundary.value, head_mode.value)
                 show_head_convention(states)
                 flat = [s["name"] for s in states if s["flat"]]
-                show_notes([], [f"flat curve{'s' if len(flat) > 1 else ''} (no position signal): {', '.join(flat)}"] if flat else [])
+                show_notes(
+                    [],
+                    [f"flat curve{'s' if len(flat) > 1 else ''} (no position signal): {', '.join(flat)}"]
+                    if flat
+                    else [],
+                )
                 readout.value, help_box.value = compare_readout_html(states), help_html(L, None)
                 request = (compare_figure, states)
         except Exception as exc:
@@ -163,7 +227,12 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         for slider in sliders.values():
             slider.close()
         sliders.clear()
-        sliders.update({key: param_slider(key, param, encoding.value) for key, param in DESIGN_CURVES[encoding.value].params.items()})
+        sliders.update(
+            {
+                key: param_slider(key, param, encoding.value)
+                for key, param in DESIGN_CURVES[encoding.value].params.items()
+            }
+        )
         for slider in sliders.values():
             slider.observe(update, names="value")
         params_box.children = tuple(sliders.values())
@@ -196,11 +265,22 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         control.observe(update, names="value")
     chosen.layout.display = "none"
     rebuild_sliders(at_once=True)
-    controls = widgets.VBox([
-        mode, widgets.HBox([encoding, summary]), chosen, widgets.HBox([length, length_box]),
-        widgets.HBox([boundary, head_mode]), head_note, params_box, notes, reset,
-    ])
-    root = widgets.VBox([widgets.HBox([controls, help_box]), readout, warning, error, plot]).add_class("attnres-explorer")
+    controls = widgets.VBox(
+        [
+            mode,
+            widgets.HBox([encoding, summary]),
+            chosen,
+            widgets.HBox([length, length_box]),
+            widgets.HBox([boundary, head_mode]),
+            head_note,
+            params_box,
+            notes,
+            reset,
+        ]
+    )
+    root = widgets.VBox([widgets.HBox([controls, help_box]), readout, warning, error, plot]).add_class(
+        "attnres-explorer"
+    )
     root.reset_to_defaults = reset_to_defaults  # the button's handler, for code and tests
     root.drawer = drawer  # how many plots were drawn (``drawn``), for tests and the benchmark
     return root

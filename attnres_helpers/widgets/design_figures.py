@@ -49,8 +49,16 @@ class DistanceLabels:
         pad = ax.xaxis.get_tick_padding()  # tick length and label pad, in points
         last = len(positions) - 1
         self.texts = [
-            ax.annotate("", (x, 0), xycoords=transform, xytext=(1 if i == 0 else 0, -pad - 1), textcoords="offset points",
-                        va="top", ha="left" if i == 0 else "right" if i == last else "center", fontsize=FONT_PT)
+            ax.annotate(
+                "",
+                (x, 0),
+                xycoords=transform,
+                xytext=(1 if i == 0 else 0, -pad - 1),
+                textcoords="offset points",
+                va="top",
+                ha="left" if i == 0 else "right" if i == last else "center",
+                fontsize=FONT_PT,
+            )
             for i, x in enumerate(positions)
         ]
 
@@ -76,7 +84,9 @@ class SingleFigure(BlitFigure):
 
     def __init__(self):
         self.fig = new_figure(9.0, 3.3)
-        self.ax_s, self.ax_w = self.fig.subplots(1, 2, gridspec_kw=dict(left=0.085, right=0.985, bottom=0.16, top=0.9, wspace=0.22))
+        self.ax_s, self.ax_w = self.fig.subplots(
+            1, 2, gridspec_kw=dict(left=0.085, right=0.985, bottom=0.16, top=0.9, wspace=0.22)
+        )
         for ax in (self.ax_s, self.ax_w):
             ax.set_xlim(0, 2)
             ax.set_xlabel("distance n", fontsize=FONT_PT + 1)
@@ -89,7 +99,9 @@ class SingleFigure(BlitFigure):
         (self.line_2L,) = self.ax_w.plot([], [], color="C1", alpha=0.8, linestyle="--", label="window of 2L distances")
         self.title = None  # the score panel's title, set by the first render (it names the encoding)
         self.ax_s.yaxis.set_major_locator(MaxNLocator(5))
-        self.fig.text(0.008, 0.53, "score", rotation=90, va="center", fontsize=FONT_PT + 1)  # static, unlike an axis label
+        self.fig.text(
+            0.008, 0.53, "score", rotation=90, va="center", fontsize=FONT_PT + 1
+        )  # static, unlike an axis label
         self.ax_w.set_title("softmax weights of the last query (log scale)", fontsize=FONT_PT + 1)
         self.ax_w.set(yscale="log", ylim=self.WEIGHT_RANGE)
         self.ax_w.yaxis.set_major_locator(LogLocator(numticks=7))
@@ -100,8 +112,10 @@ class SingleFigure(BlitFigure):
         self.ax_w.xaxis.labelpad = FONT_PT + 4
         self.ax_s.yaxis.get_offset_text().set_horizontalalignment("right")  # "1e8" stays left of the axis, in its layer
         split, top, right = self.ax_s.bbox.x0 + 1, self.fig.bbox.y1, self.fig.bbox.x1
-        self.groups = (((self.ax_s.yaxis,), region(0, 0, split, top)),  # the score axis, left of the left panel
-                       (tuple(t for d in self.distances for t in d.texts), region(split, 0, right, self.ax_s.bbox.y0)))
+        self.groups = (
+            ((self.ax_s.yaxis,), region(0, 0, split, top)),  # the score axis, left of the left panel
+            (tuple(t for d in self.distances for t in d.texts), region(split, 0, right, self.ax_s.bbox.y0)),
+        )
         self.animated = (self.heads, self.line_s, self.line_L, self.line_2L)
         self._set_title("design-time score s[n]")
 
@@ -144,7 +158,9 @@ CURVE_STYLES = {
     "xpos": dict(color="C2", linestyle=":", linewidth=2.0, marker="^", markevery=0.12, markersize=4),
     "alibi": dict(color="C3", linestyle="-", linewidth=1.4),
     "nope": dict(color="C7", linestyle="-.", linewidth=1.4),
-    "kerple-log": dict(color="C4", linestyle=(0, (6, 1, 1, 1)), linewidth=1.4, marker="o", markevery=0.12, markersize=3),
+    "kerple-log": dict(
+        color="C4", linestyle=(0, (6, 1, 1, 1)), linewidth=1.4, marker="o", markevery=0.12, markersize=3
+    ),
     "kerple-power": dict(color="C5", linestyle=(0, (1, 1)), linewidth=1.6),
     "t5": dict(color="C6", linestyle="--", linewidth=1.4, marker="s", markevery=0.12, markersize=3),
 }
@@ -165,7 +181,9 @@ class CompareFigure(BlitFigure):
 
     def __init__(self):
         self.fig = new_figure(9.0, 3.7)
-        self.ax_s, self.ax_w, self.ax_r = self.fig.subplots(1, 3, gridspec_kw=dict(left=0.075, right=0.99, bottom=0.3, top=0.85, wspace=0.33))
+        self.ax_s, self.ax_w, self.ax_r = self.fig.subplots(
+            1, 3, gridspec_kw=dict(left=0.075, right=0.99, bottom=0.3, top=0.85, wspace=0.33)
+        )
         for ax in (self.ax_s, self.ax_w):
             ax.set_xlim(0, 2)
             ax.axvline(1, color="k", linestyle="--", linewidth=1)
@@ -190,12 +208,26 @@ class CompareFigure(BlitFigure):
         for name in DESIGN_CURVES:
             style = CURVE_STYLES.get(name, {})
             (self.lines_s[name],) = self.ax_s.plot([], [], label=name, **style)
-            (self.lines_w[name],) = self.ax_w.plot([], [], label=name, **{k: v for k, v in style.items() if not k.startswith("marker")})
+            (self.lines_w[name],) = self.ax_w.plot(
+                [], [], label=name, **{k: v for k, v in style.items() if not k.startswith("marker")}
+            )
         bottom = self.R_RANGE[0]
-        self.bars_L = self.ax_r.bar(np.arange(len(DESIGN_CURVES)) - 0.2, 1.0, width=0.4, bottom=bottom, color="C0", label="R(L)")
-        self.bars_2L = self.ax_r.bar(np.arange(len(DESIGN_CURVES)) + 0.2, 1.0, width=0.4, bottom=bottom, color="C1", label="R(2L)")
-        self.ax_r.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=FONT_PT + 1, frameon=False,
-                         title="the pair, not one number", title_fontsize=FONT_PT + 1, borderaxespad=0.2)
+        self.bars_L = self.ax_r.bar(
+            np.arange(len(DESIGN_CURVES)) - 0.2, 1.0, width=0.4, bottom=bottom, color="C0", label="R(L)"
+        )
+        self.bars_2L = self.ax_r.bar(
+            np.arange(len(DESIGN_CURVES)) + 0.2, 1.0, width=0.4, bottom=bottom, color="C1", label="R(2L)"
+        )
+        self.ax_r.legend(
+            loc="lower center",
+            bbox_to_anchor=(0.5, 1.0),
+            ncol=2,
+            fontsize=FONT_PT + 1,
+            frameon=False,
+            title="the pair, not one number",
+            title_fontsize=FONT_PT + 1,
+            borderaxespad=0.2,
+        )
         self.legend = None
         self.shown: tuple = ()
         self.distances = [DistanceLabels(ax, marked=False) for ax in (self.ax_s, self.ax_w)]
@@ -221,11 +253,21 @@ class CompareFigure(BlitFigure):
                 bars.patches[i].set_visible(visible)
                 bars.patches[i].set_x(position + offset - 0.2)
         self.ax_r.set_xlim(-0.6, max(len(names), 2) - 0.4)
-        self.ax_r.set_xticks(range(len(names)), names, rotation=40, ha="right", rotation_mode="anchor", fontsize=FONT_PT)
+        self.ax_r.set_xticks(
+            range(len(names)), names, rotation=40, ha="right", rotation_mode="anchor", fontsize=FONT_PT
+        )
         if self.legend is not None:
             self.legend.remove()
-        self.legend = self.fig.legend(handles=[self.lines_s[n] for n in names], loc="lower left", bbox_to_anchor=(0.005, 0.0),
-                                      fontsize=FONT_PT, ncol=4, handlelength=3.0, frameon=False, columnspacing=1.2)
+        self.legend = self.fig.legend(
+            handles=[self.lines_s[n] for n in names],
+            loc="lower left",
+            bbox_to_anchor=(0.005, 0.0),
+            fontsize=FONT_PT,
+            ncol=4,
+            handlelength=3.0,
+            frameon=False,
+            columnspacing=1.2,
+        )
         self.redraw_background()
 
     def render(self, states: list[dict]) -> bytes:
@@ -246,5 +288,3 @@ class CompareFigure(BlitFigure):
             for bars, r in ((self.bars_L, state["R_L"]), (self.bars_2L, state["R_2L"])):
                 bars.patches[i].set_height(max(0.0, min(r, 1.0) - floor))  # R <= 0 (boundary "drop") draws no bar
         return self.blit(L)
-
-

@@ -19,6 +19,7 @@ from .trained_figure import TrainedFigure
 
 WRAP_CHARS = 130  # characters a line of the pictures' header (10 pt, 900 px wide) holds
 
+
 def _text_strip(text: str, width_px: int) -> PILImage.Image:
     """A white strip with ``text`` (a few lines) drawn by matplotlib at FONT_PT + 1."""
     text = "\n".join(textwrap.fill(line, WRAP_CHARS) for line in text.split("\n"))
@@ -49,7 +50,9 @@ def default_picture(which: str = "explorer", store_path=None) -> bytes:
     else:
         raise ValueError(f"which must be 'explorer' or 'trained', got {which!r}")
     plot = PILImage.open(io.BytesIO(figure.render(state)))
-    header = _text_strip("a picture of the widget in its default state (run the notebook for the live one)\n" + text, plot.width)
+    header = _text_strip(
+        "a picture of the widget in its default state (run the notebook for the live one)\n" + text, plot.width
+    )
     picture = PILImage.new("RGB", (plot.width, header.height + plot.height), "white")
     picture.paste(header.convert("RGB"), (0, 0))
     picture.paste(plot.convert("RGB"), (0, header.height))

@@ -45,7 +45,12 @@ def rgb_png(rgb: np.ndarray) -> bytes:
     rows[:, 0] = 0  # filter type 0 (none) on every row
     rows[:, 1:] = rgb.reshape(height, 3 * width)
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
-    return PNG_SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(rows.tobytes(), 1)) + _chunk(b"IEND", b"")
+    return (
+        PNG_SIGNATURE
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", zlib.compress(rows.tobytes(), 1))
+        + _chunk(b"IEND", b"")
+    )
 
 
 def png_bytes(fig: Figure) -> bytes:
@@ -188,4 +193,6 @@ def find_by_class(widget, css_class: str):
     """The first widget in the tree under ``widget`` that carries ``css_class`` (None if none does)."""
     if css_class in getattr(widget, "_dom_classes", ()):
         return widget
-    return next((hit for child in getattr(widget, "children", ()) if (hit := find_by_class(child, css_class)) is not None), None)
+    return next(
+        (hit for child in getattr(widget, "children", ()) if (hit := find_by_class(child, css_class)) is not None), None
+    )

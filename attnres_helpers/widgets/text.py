@@ -42,7 +42,7 @@ def format_ratio(r_L: float, ratio: float) -> str:
 
 
 def pair_text(r_L: float, r_2L: float, ratio: float) -> str:
-    """"R(L) = … · R(2L) = … · R(2L)/R(L) = …" as the readouts show it (HTML)."""
+    """ "R(L) = … · R(2L) = … · R(2L)/R(L) = …" as the readouts show it (HTML)."""
     return (
         f"R(L) = {format_sig(r_L)} &nbsp;·&nbsp; R(2L) = {format_sig(r_2L)} &nbsp;·&nbsp; "
         f"R(2L)/R(L) = {format_ratio(r_L, ratio)}"

@@ -27,7 +27,7 @@ from .trained_figure import TrainedFigure
 DEFAULT_STORE = data_path("results", "default.safetensors")  # the shipped models of notebooks 03 and 04
 NO_BCA_REASON = {
     "sinusoidal": "BCA is disabled for sinusoidal: absolute positions are added once at the input, so there is "
-                  "no window-relative version, and the store holds no BCA profiles for it (section 1)",
+    "no window-relative version, and the store holds no BCA profiles for it (section 1)"
 }
 LABEL_STYLE = {"description_width": "initial"}  # a control's label is as wide as its text: never cut off
 EVAL_MULTIPLES = (1, 2, 4)  # the eval lengths the shipped stores hold, in units of L
@@ -59,16 +59,25 @@ def trained_catalogue(store_path=None) -> dict:
     train_lens = {p.meta["train_len"] for p in profiles}
     shapes = {tuple(p.s_hat.shape[:2]) for p in profiles}
     if len(train_lens) != 1 or len(shapes) != 1:
-        raise ValueError(f"store {path}: the trained explorer needs one training length and one (layers, heads) shape, "
-                         f"got training lengths {sorted(train_lens)} and shapes {sorted(shapes)}")
-    (layers, heads), = shapes
+        raise ValueError(
+            f"store {path}: the trained explorer needs one training length and one (layers, heads) shape, "
+            f"got training lengths {sorted(train_lens)} and shapes {sorted(shapes)}"
+        )
+    ((layers, heads),) = shapes
     L = train_lens.pop()
     encodings = list(dict.fromkeys(p.meta["encoding"] for p in profiles))
-    return {"path": str(path), "index": index, "encodings": encodings,
-            "settings": {e: [s for s, enc in settings.items() if enc == e] for e in encodings},
-            "seeds": {s: sorted(v) for s, v in seeds.items()},
-            "eval_multiples": sorted({p.eval_len // L for p in profiles if p.eval_len % L == 0}),
-            "train_len": L, "layers": layers, "heads": heads, "cache": {}}
+    return {
+        "path": str(path),
+        "index": index,
+        "encodings": encodings,
+        "settings": {e: [s for s, enc in settings.items() if enc == e] for e in encodings},
+        "seeds": {s: sorted(v) for s, v in seeds.items()},
+        "eval_multiples": sorted({p.eval_len // L for p in profiles if p.eval_len % L == 0}),
+        "train_len": L,
+        "layers": layers,
+        "heads": heads,
+        "cache": {},
+    }
 
 
 def _check_choice(value, options, what: str):
@@ -81,8 +90,9 @@ def _choose_setting(catalogue: dict, encoding: str, setting) -> str:
     settings = catalogue["settings"][encoding]
     if setting is None:
         if len(settings) > 1:
-            raise ValueError(f"this store holds {len(settings)} settings of {encoding}: choose one with setting=, "
-                             f"one of {settings}")
+            raise ValueError(
+                f"this store holds {len(settings)} settings of {encoding}: choose one with setting=, one of {settings}"
+            )
         return settings[0]
     return _check_choice(setting, settings, f"setting (for {encoding})")
 
@@ -92,7 +102,9 @@ def _head_profile(profile, head):
     if head == "mean":
         return profile
     one = slice(head, head + 1)
-    return dataclasses.replace(profile, s_hat=profile.s_hat[:, one], key0=None if profile.key0 is None else profile.key0[:, one])
+    return dataclasses.replace(
+        profile, s_hat=profile.s_hat[:, one], key0=None if profile.key0 is None else profile.key0[:, one]
+    )
 
 
 def _layer_resolutions(catalogue: dict, profile, head) -> dict:
@@ -101,9 +113,12 @@ def _layer_resolutions(catalogue: dict, profile, head) -> dict:
     if key not in catalogue["cache"]:
         chosen = _head_profile(profile, head)
         catalogue["cache"][key] = {
-            (mode, boundary, sink): None if mode == "mean-R" and chosen.heads_averaged
+            (mode, boundary, sink): None
+            if mode == "mean-R" and chosen.heads_averaged
             else chosen.layer_resolutions(mode, boundary, sink=sink)
-            for mode in HEAD_MODES for boundary in BOUNDARIES for sink in (True, False)
+            for mode in HEAD_MODES
+            for boundary in BOUNDARIES
+            for sink in (True, False)
         }
     return catalogue["cache"][key]
 
@@ -112,7 +127,7 @@ def _curves(profile, layers: list[int], head) -> tuple[np.ndarray, np.ndarray]:
     """(scores, weights), each ``(l, T)``: ŝ of the chosen layers with heads combined by the mean over
     heads (masked distances stay -inf), and their softmax weights p_n."""
     s_hat = profile.s_hat.double()  # (layers, H, T)
-    chosen = s_hat if head == "mean" else s_hat[:, head:head + 1, :]  # (layers, h, T)
+    chosen = s_hat if head == "mean" else s_hat[:, head : head + 1, :]  # (layers, h, T)
     scores = mean_over_heads(chosen[layers])  # (l, T)
     return scores.numpy(), torch.softmax(scores, dim=-1).numpy()
 
@@ -145,8 +160,16 @@ def plot_limits(catalogue: dict, setting: str, seed: int, layer, head) -> dict:
     return catalogue["cache"][key]
 
 
-def trained_state(catalogue: dict, encoding: str, seed: int, layer="mean", head="mean", eval_multiple: int = 1,
-                  bca: bool = False, setting: str | None = None) -> dict:
+def trained_state(
+    catalogue: dict,
+    encoding: str,
+    seed: int,
+    layer="mean",
+    head="mean",
+    eval_multiple: int = 1,
+    bca: bool = False,
+    setting: str | None = None,
+) -> dict:
     """What the trained explorer shows for one choice of controls, from stored ŝ and NLL only.
 
     ``layer`` and ``head`` are indices or ``"mean"``; ``setting`` is needed only where the store
@@ -166,15 +189,19 @@ def trained_state(catalogue: dict, encoding: str, seed: int, layer="mean", head=
     seed = _check_choice(seed, catalogue["seeds"][setting], f"seed (for {setting})")
     layer = _check_choice(layer, ["mean", *range(catalogue["layers"])], "layer")
     head = _check_choice(head, ["mean", *range(catalogue["heads"])], "head")
-    eval_multiple = _check_choice(eval_multiple, catalogue["eval_multiples"], "eval_multiple (eval length in units of L)")
+    eval_multiple = _check_choice(
+        eval_multiple, catalogue["eval_multiples"], "eval_multiple (eval length in units of L)"
+    )
     if not isinstance(bca, bool):
         raise ValueError(f"bca must be True or False, got {bca!r}")
     L = catalogue["train_len"]
     key = (setting, seed, eval_multiple * L, bca)
     if key not in catalogue["index"]:
         reason = NO_BCA_REASON.get(encoding, "") if bca else ""
-        raise ValueError(f"the store holds no profile for {setting}, seed {seed}, eval length {eval_multiple}L = "
-                         f"{eval_multiple * L}, {'BCA' if bca else 'causal'}" + (f" ({reason})" if reason else ""))
+        raise ValueError(
+            f"the store holds no profile for {setting}, seed {seed}, eval length {eval_multiple}L = "
+            f"{eval_multiple * L}, {'BCA' if bca else 'causal'}" + (f" ({reason})" if reason else "")
+        )
     profile = catalogue["index"][key]
     per_layer = _layer_resolutions(catalogue, profile, head)
 
@@ -188,10 +215,25 @@ def trained_state(catalogue: dict, encoding: str, seed: int, layer="mean", head=
     layers = list(range(catalogue["layers"])) if layer == "mean" else [layer]
     scores, weights = _curves(profile, layers, head)
     return {
-        "run": profile.run, "encoding": encoding, "setting": setting, "seed": seed, "layer": layer, "head": head,
-        "layers": layers, "n_layers": catalogue["layers"], "train_len": L, "eval_len": profile.eval_len, "eval_multiple": eval_multiple, "bca": bca,
-        "scores": scores, "weights": weights, "ppl": np.exp(profile.nll.numpy()), **perplexities(profile.nll, L),
-        "limits": plot_limits(catalogue, setting, seed, layer, head), "R": R, "R_sink_free": R_sink_free,
+        "run": profile.run,
+        "encoding": encoding,
+        "setting": setting,
+        "seed": seed,
+        "layer": layer,
+        "head": head,
+        "layers": layers,
+        "n_layers": catalogue["layers"],
+        "train_len": L,
+        "eval_len": profile.eval_len,
+        "eval_multiple": eval_multiple,
+        "bca": bca,
+        "scores": scores,
+        "weights": weights,
+        "ppl": np.exp(profile.nll.numpy()),
+        **perplexities(profile.nll, L),
+        "limits": plot_limits(catalogue, setting, seed, layer, head),
+        "R": R,
+        "R_sink_free": R_sink_free,
     }
 
 
@@ -209,21 +251,27 @@ def trained_readout_html(state: dict) -> str:
     headers = [f"boundary {b}" if R == "R" else f"{b}, no sink" for R, b in columns]
     rows = "".join(
         f"<tr><td style='padding:0 10px'>{mode}</td>"
-        + "".join(f"<td {cell}>{format_sig(state[R][mode, b])}</td>" for R, b in columns) + "</tr>"
+        + "".join(f"<td {cell}>{format_sig(state[R][mode, b])}</td>" for R, b in columns)
+        + "</tr>"
         for mode in HEAD_MODES
     )
     one_head = "<br><i>one head: both conventions give this head's R</i>" if state["head"] != "mean" else ""
     no_key0 = all(v is None for v in state["R_sink_free"].values())
-    sink = ("<i>no sink: R of ŝ without the first-token entries (n, 0), the store's query"
-            + (" (n/a: this store has no key-0 scores)" if no_key0 else "") + "</i><br>")
+    sink = (
+        "<i>no sink: R of ŝ without the first-token entries (n, 0), the store's query"
+        + (" (n/a: this store has no key-0 scores)" if no_key0 else "")
+        + "</i><br>"
+    )
     past = state["perplexity_past_L"]
-    ppl = (f"perplexity: positions &lt; L {format_sig(state['perplexity_first_L'])}"
-           + (f" · positions ≥ L {format_sig(past)}" if past is not None else " · (no positions ≥ L at T = L)"))
+    ppl = f"perplexity: positions &lt; L {format_sig(state['perplexity_first_L'])}" + (
+        f" · positions ≥ L {format_sig(past)}" if past is not None else " · (no positions ≥ L at T = L)"
+    )
     return (
         f"<b>{html.escape(state['encoding'])}{setting}, seed {state['seed']}</b> · {layer} · {head} · {T} · "
         f"{'BCA' if state['bca'] else 'causal'}"
         f"<table style='margin:2px 0'><tr><th style='padding:0 10px; text-align:left'>R</th>"
-        + "".join(f"<th {cell}>{h}</th>" for h in headers) + f"</tr>{rows}</table>"
+        + "".join(f"<th {cell}>{h}</th>" for h in headers)
+        + f"</tr>{rows}</table>"
         f"{sink}{ppl}{one_head}"
     )
 
@@ -242,24 +290,45 @@ def trained_explorer(store_path=None) -> widgets.VBox:
     catalogue = trained_catalogue(store_path)
     L, encodings = catalogue["train_len"], catalogue["encodings"]
     default = "rope" if "rope" in encodings else encodings[0]
-    encoding = widgets.Dropdown(options=encodings, value=default, description="encoding",
-                                style=LABEL_STYLE).add_class("attnres-t-encoding")
+    encoding = widgets.Dropdown(options=encodings, value=default, description="encoding", style=LABEL_STYLE).add_class(
+        "attnres-t-encoding"
+    )
     one_each = all(catalogue["settings"][e] == [e] for e in encodings)  # the settings are the encodings: no menu
-    setting = widgets.Dropdown(options=catalogue["settings"][default], description="setting", style=LABEL_STYLE,
-                               layout=widgets.Layout(width="330px", display="none" if one_each else None))
+    setting = widgets.Dropdown(
+        options=catalogue["settings"][default],
+        description="setting",
+        style=LABEL_STYLE,
+        layout=widgets.Layout(width="330px", display="none" if one_each else None),
+    )
     setting.add_class("attnres-t-setting")
-    seed = widgets.Dropdown(options=catalogue["seeds"][setting.value], description="seed", style=LABEL_STYLE,
-                            layout=widgets.Layout(width="150px")).add_class("attnres-t-seed")
-    layer = widgets.Dropdown(options=[("mean", "mean")] + [(str(i), i) for i in range(catalogue["layers"])], value="mean",
-                             description="layer", style=LABEL_STYLE).add_class("attnres-t-layer")
-    head = widgets.Dropdown(options=[("mean", "mean")] + [(str(i), i) for i in range(catalogue["heads"])], value="mean",
-                            description="head", style=LABEL_STYLE).add_class("attnres-t-head")
+    seed = widgets.Dropdown(
+        options=catalogue["seeds"][setting.value],
+        description="seed",
+        style=LABEL_STYLE,
+        layout=widgets.Layout(width="150px"),
+    ).add_class("attnres-t-seed")
+    layer = widgets.Dropdown(
+        options=[("mean", "mean")] + [(str(i), i) for i in range(catalogue["layers"])],
+        value="mean",
+        description="layer",
+        style=LABEL_STYLE,
+    ).add_class("attnres-t-layer")
+    head = widgets.Dropdown(
+        options=[("mean", "mean")] + [(str(i), i) for i in range(catalogue["heads"])],
+        value="mean",
+        description="head",
+        style=LABEL_STYLE,
+    ).add_class("attnres-t-head")
     multiples = catalogue["eval_multiples"]
-    eval_multiple = widgets.ToggleButtons(options=[(f"{'' if k == 1 else k}L = {k * L}", k) for k in multiples],
-                                          value=2 if 2 in multiples else multiples[0], description="eval length",
-                                          style=LABEL_STYLE).add_class("attnres-t-eval")
-    bca = widgets.Checkbox(value=False, description="BCA (blockwise causal attention)", indent=False,
-                           style=LABEL_STYLE).add_class("attnres-t-bca")
+    eval_multiple = widgets.ToggleButtons(
+        options=[(f"{'' if k == 1 else k}L = {k * L}", k) for k in multiples],
+        value=2 if 2 in multiples else multiples[0],
+        description="eval length",
+        style=LABEL_STYLE,
+    ).add_class("attnres-t-eval")
+    bca = widgets.Checkbox(
+        value=False, description="BCA (blockwise causal attention)", indent=False, style=LABEL_STYLE
+    ).add_class("attnres-t-bca")
     bca_note = widgets.HTML().add_class("attnres-t-bca-note")
     readout = widgets.HTML().add_class("attnres-trained-readout")
     error = widgets.HTML(layout=widgets.Layout(display="none")).add_class("attnres-error")
@@ -282,8 +351,16 @@ def trained_explorer(store_path=None) -> widgets.VBox:
         if holding:
             return
         try:
-            state = trained_state(catalogue, encoding.value, seed.value, layer.value, head.value, eval_multiple.value,
-                                  bca.value, setting.value)
+            state = trained_state(
+                catalogue,
+                encoding.value,
+                seed.value,
+                layer.value,
+                head.value,
+                eval_multiple.value,
+                bca.value,
+                setting.value,
+            )
         except Exception as exc:
             show_error(exc)
             return
@@ -316,7 +393,11 @@ def trained_explorer(store_path=None) -> widgets.VBox:
             setting.disabled = len(settings) == 1
             choose(seed, catalogue["seeds"][setting.value])
             has_bca = any(key[0] in settings and key[3] for key in catalogue["index"])
-            reason = None if has_bca else NO_BCA_REASON.get(encoding.value, f"the store holds no BCA profiles for {encoding.value}")
+            reason = (
+                None
+                if has_bca
+                else NO_BCA_REASON.get(encoding.value, f"the store holds no BCA profiles for {encoding.value}")
+            )
             if reason:
                 bca.value = False
             bca.disabled = reason is not None
@@ -330,8 +411,14 @@ def trained_explorer(store_path=None) -> widgets.VBox:
     for control in (seed, layer, head, eval_multiple, bca):
         control.observe(update, names="value")
     switch_encoding(at_once=True)
-    controls = widgets.VBox([widgets.HBox([encoding, setting, seed]), widgets.HBox([layer, head]), eval_multiple,
-                             widgets.HBox([bca, bca_note])])
+    controls = widgets.VBox(
+        [
+            widgets.HBox([encoding, setting, seed]),
+            widgets.HBox([layer, head]),
+            eval_multiple,
+            widgets.HBox([bca, bca_note]),
+        ]
+    )
     root = widgets.VBox([controls, readout, error, plot]).add_class("attnres-trained-explorer")
     root.drawer = drawer  # how many plots were drawn (``drawn``), for tests and the benchmark
     return root

@@ -43,14 +43,18 @@ class TrainedFigure(BlitFigure):
 
     def __init__(self):
         self.fig = new_figure(9.0, 3.0)
-        self.axes = self.fig.subplots(1, 3, gridspec_kw=dict(left=0.065, right=0.985, bottom=0.17, top=0.88, wspace=0.3))
+        self.axes = self.fig.subplots(
+            1, 3, gridspec_kw=dict(left=0.065, right=0.985, bottom=0.17, top=0.88, wspace=0.3)
+        )
         self.ax_s, self.ax_w, self.ax_p = self.axes
         self.lines_s, self.lines_w, self.marks, self.shades, self.legend = [], [], [], [], None
         (self.line_p,) = self.ax_p.plot([], [], color="C0", linewidth=1)
         for ax in self.axes:
             ax.tick_params(labelsize=FONT_PT)
             ax.set_xlabel("distance n" if ax is not self.ax_p else "position", fontsize=FONT_PT, labelpad=2)
-            self.shades.append(ax.axvspan(0, 0, color="0.75", alpha=0.45, linewidth=0))  # distances this T does not reach
+            self.shades.append(
+                ax.axvspan(0, 0, color="0.75", alpha=0.45, linewidth=0)
+            )  # distances this T does not reach
         self.ax_s.yaxis.set_major_locator(MaxNLocator(5))
         self.ax_w.set_yscale("log")
         self.ax_w.yaxis.set_major_locator(LogLocator(numticks=6))
@@ -65,7 +69,13 @@ class TrainedFigure(BlitFigure):
 
     @property
     def animated(self) -> tuple:
-        return (*self.shades, *self.lines_s, *self.lines_w, self.line_p, *([self.legend] if self.legend is not None else []))
+        return (
+            *self.shades,
+            *self.lines_s,
+            *self.lines_w,
+            self.line_p,
+            *([self.legend] if self.legend is not None else []),
+        )
 
     @property
     def groups(self) -> tuple:
@@ -91,12 +101,22 @@ class TrainedFigure(BlitFigure):
 
     def _set_legend(self, layers: list[int]) -> None:
         shown = [self.lines_s[i] for i in range(len(layers))]
-        if self.legend is not None and [t.get_text() for t in self.legend.get_texts()] == [line.get_label() for line in shown]:
+        if self.legend is not None and [t.get_text() for t in self.legend.get_texts()] == [
+            line.get_label() for line in shown
+        ]:
             return
         if self.legend is not None:
             self.legend.remove()
-        self.legend = self.ax_s.legend(handles=shown, fontsize=FONT_PT, loc="upper right", ncol=2, handlelength=1.8,
-                                       columnspacing=0.8, borderpad=0.3, framealpha=0.7)
+        self.legend = self.ax_s.legend(
+            handles=shown,
+            fontsize=FONT_PT,
+            loc="upper right",
+            ncol=2,
+            handlelength=1.8,
+            columnspacing=0.8,
+            borderpad=0.3,
+            framealpha=0.7,
+        )
         self.legend.set_animated(True)
 
     def render(self, state: dict) -> bytes:

@@ -16,8 +16,13 @@ from .jupyter_server import JupyterLab
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS_DIR = REPO_ROOT / "test-artifacts"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--headless=new", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run", "--disable-sync",
+    "--no-sandbox",
+    "--headless=new",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
 ]
 VIEWPORT = {"width": 1400, "height": 1100}
 
@@ -35,8 +40,11 @@ def lab(lab_root, tmp_path_factory):
     Notebooks run in quick mode (ATTNRES_QUICK=1) unless the caller set ATTNRES_QUICK.
     """
     server = JupyterLab(
-        lab_root, tmp_path_factory.mktemp("lab-state"), extra_pythonpath=[REPO_ROOT],
-        extra_env={"ATTNRES_QUICK": os.environ.get("ATTNRES_QUICK", "1")})
+        lab_root,
+        tmp_path_factory.mktemp("lab-state"),
+        extra_pythonpath=[REPO_ROOT],
+        extra_env={"ATTNRES_QUICK": os.environ.get("ATTNRES_QUICK", "1")},
+    )
     with server:
         yield server
 
@@ -48,13 +56,15 @@ def browser():
     if chromium is None:
         pytest.skip("no `chromium` on PATH (apt-get install chromium)")
     try:
-        from playwright.sync_api import Error as PlaywrightError, sync_playwright
+        from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.skip("playwright is not installed (pip install -r requirements.txt)")
     with sync_playwright() as playwright:
         try:
             launched = playwright.chromium.launch(
-                executable_path=chromium, args=CHROMIUM_ARGS, headless=True, timeout=60_000)
+                executable_path=chromium, args=CHROMIUM_ARGS, headless=True, timeout=60_000
+            )
         except PlaywrightError as error:
             pytest.skip(f"chromium at {chromium} does not start here: {error}")
         try:

@@ -20,10 +20,7 @@ import urllib.request
 from pathlib import Path
 
 LAB_SETTINGS = {
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
-        "fetchNews": "false",
-        "checkForUpdates": False,
-    },
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
@@ -51,8 +48,7 @@ class JupyterLab:
     extra_env is added to the environment of both; extra_args go on the server's command line.
     """
 
-    def __init__(self, root_dir, state_dir, extra_pythonpath=(), extra_env=None,
-                 start_timeout_s=60.0, extra_args=()):
+    def __init__(self, root_dir, state_dir, extra_pythonpath=(), extra_env=None, start_timeout_s=60.0, extra_args=()):
         self.root_dir = Path(root_dir)
         self.state_dir = Path(state_dir)
         self.port = free_port()
@@ -83,15 +79,19 @@ class JupyterLab:
         env["JUPYTER_RUNTIME_DIR"] = str(self.state_dir / "runtime")
         env["JUPYTER_DATA_DIR"] = str(self.state_dir / "data")
         env["IPYTHONDIR"] = str(self.state_dir / "ipython")
-        env["PYTHONPATH"] = os.pathsep.join(
-            self._extra_pythonpath + [p for p in [env.get("PYTHONPATH")] if p])
+        env["PYTHONPATH"] = os.pathsep.join(self._extra_pythonpath + [p for p in [env.get("PYTHONPATH")] if p])
         env.update(self._extra_env)
         return env
 
     def _command(self):
         command = [
-            sys.executable, "-m", "jupyterlab",
-            "--no-browser", "--ip=127.0.0.1", f"--port={self.port}", "--port-retries=0",
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={self.port}",
+            "--port-retries=0",
             f"--IdentityProvider.token={self.token}",
             f"--LabApp.workspaces_dir={self.state_dir / 'workspaces'}",
             f"--LabApp.user_settings_dir={self.state_dir / 'settings'}",
@@ -110,15 +110,19 @@ class JupyterLab:
         (self.state_dir / "workspaces").mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "wb")
         self._process = subprocess.Popen(
-            self._command(), env=self._environment(), cwd=self.root_dir,
-            stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            self._command(),
+            env=self._environment(),
+            cwd=self.root_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + self._start_timeout_s
         status_url = f"{self.base_url}/api/status?token={self.token}"
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise RuntimeError(
-                    f"jupyter lab exited with code {self._process.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(f"jupyter lab exited with code {self._process.returncode}:\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(status_url, timeout=2) as response:
                     if response.status == 200:
@@ -127,19 +131,20 @@ class JupyterLab:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(
-            f"jupyter lab did not answer within {self._start_timeout_s:.0f} s:\n{self.log_tail()}")
+        raise RuntimeError(f"jupyter lab did not answer within {self._start_timeout_s:.0f} s:\n{self.log_tail()}")
 
     def shutdown_kernels(self):
         """Ask the server to stop its kernels (they run in their own process groups)."""
         try:
-            with urllib.request.urlopen(
-                    f"{self.base_url}/api/kernels?token={self.token}", timeout=5) as response:
+            with urllib.request.urlopen(f"{self.base_url}/api/kernels?token={self.token}", timeout=5) as response:
                 kernels = json.load(response)
             for kernel in kernels:
-                urllib.request.urlopen(urllib.request.Request(
-                    f"{self.base_url}/api/kernels/{kernel['id']}?token={self.token}",
-                    method="DELETE"), timeout=10).close()
+                urllib.request.urlopen(
+                    urllib.request.Request(
+                        f"{self.base_url}/api/kernels/{kernel['id']}?token={self.token}", method="DELETE"
+                    ),
+                    timeout=10,
+                ).close()
         except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
             pass  # the server is going down anyway; SIGTERM below still cleans up
 

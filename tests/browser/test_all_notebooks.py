@@ -22,7 +22,6 @@ import shlex
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -32,7 +31,8 @@ from .test_explorer_browser import Deadline, artifacts_on_failure, copy_without_
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements.txt)")
+    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements.txt)"
+)
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 NOTEBOOK_TIMEOUT_S = float(os.environ.get("ATTNRES_NOTEBOOK_TIMEOUT_S", "1800"))
@@ -76,9 +76,12 @@ def scratch_root(tmp_path_factory):
 @pytest.fixture(scope="module")
 def lab_all(scratch_root, tmp_path_factory):
     server = JupyterLab(
-        scratch_root, tmp_path_factory.mktemp("lab-state"), extra_pythonpath=[REPO_ROOT],
+        scratch_root,
+        tmp_path_factory.mktemp("lab-state"),
+        extra_pythonpath=[REPO_ROOT],
         extra_env={"ATTNRES_QUICK": os.environ.get("ATTNRES_QUICK", "1"), "ATTNRES_ROOT": str(scratch_root)},
-        extra_args=["--LabApp.expose_app_in_browser=True"])
+        extra_args=["--LabApp.expose_app_in_browser=True"],
+    )
     with server:
         yield server
 
@@ -106,11 +109,16 @@ def problems(code_cells: list[dict], shown: list[list]) -> list[str]:
             if output.get("output_type") == "stream" and output.get("name") == "stderr":
                 found.append(f"{where}: stderr {''.join(output.get('text', ''))[:300]!r}")
             for text in output_texts(output):
-                found += [f"{where}: output holds a machine path: ...{text[max(0, m.start() - 60):m.end() + 60]!r}..."
-                          for m in list(MACHINE_PATH.finditer(text))[:1]]
+                found += [
+                    f"{where}: output holds a machine path: ...{text[max(0, m.start() - 60) : m.end() + 60]!r}..."
+                    for m in list(MACHINE_PATH.finditer(text))[:1]
+                ]
                 found += [f"{where}: output holds {word!r}" for word in FORBIDDEN_WORDS if word in text]
     for index, text in shown:
-        found += [f"cell {index}: the page shows a machine path: {m.group(0)}..." for m in list(MACHINE_PATH.finditer(text))[:1]]
+        found += [
+            f"cell {index}: the page shows a machine path: {m.group(0)}..."
+            for m in list(MACHINE_PATH.finditer(text))[:1]
+        ]
         found += [f"cell {index}: the page shows {word!r}" for word in FORBIDDEN_WORDS if word in text]
     return list(dict.fromkeys(found))
 
@@ -119,7 +127,9 @@ def wait_until_run_all_done(page, deadline):
     """Until no cell is queued or running ([*]) and the kernel is idle, within the notebook's budget."""
     page.wait_for_function(
         "() => ![...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('[*]'))",
-        timeout=deadline.ms(deadline.seconds), polling=1000)
+        timeout=deadline.ms(deadline.seconds),
+        polling=1000,
+    )
     page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=deadline.ms(120))
 
 
@@ -152,25 +162,47 @@ def test_run_all_leaves_no_error_warning_or_machine_path(notebook, lab_all, scra
 def test_problems_names_each_kind_of_failure():
     code_cells = [
         {"index": 1, "count": 1, "outputs": [{"output_type": "stream", "name": "stdout", "text": "R = 0.5\n"}]},
-        {"index": 2, "count": 2, "outputs": [{"output_type": "stream", "name": "stderr", "text": "x.py:1: UserWarning: w\n"}]},
-        {"index": 3, "count": 3, "outputs": [{"output_type": "error", "ename": "ValueError", "evalue": "bad",
-                                              "traceback": ["Traceback (most recent call last)"]}]},
-        {"index": 4, "count": 4, "outputs": [{"output_type": "display_data", "data": {"text/plain": "see /home/me/x"}}]},
+        {
+            "index": 2,
+            "count": 2,
+            "outputs": [{"output_type": "stream", "name": "stderr", "text": "x.py:1: UserWarning: w\n"}],
+        },
+        {
+            "index": 3,
+            "count": 3,
+            "outputs": [
+                {
+                    "output_type": "error",
+                    "ename": "ValueError",
+                    "evalue": "bad",
+                    "traceback": ["Traceback (most recent call last)"],
+                }
+            ],
+        },
+        {
+            "index": 4,
+            "count": 4,
+            "outputs": [{"output_type": "display_data", "data": {"text/plain": "see /home/me/x"}}],
+        },
         {"index": 5, "count": None, "outputs": []},
     ]
     found = problems(code_cells, [[6, "a widget says /root/.cache"], [1, "R = 0.5"]])
     assert found == [
-        "cell 2: stderr 'x.py:1: UserWarning: w\\n'", "cell 2: output holds 'Warning'",
-        "cell 3: error output ValueError: bad", "cell 3: output holds 'Traceback'",
-        "cell 4: output holds a machine path: ...'see /home/me/x'...", "cell 5 did not run",
+        "cell 2: stderr 'x.py:1: UserWarning: w\\n'",
+        "cell 2: output holds 'Warning'",
+        "cell 3: error output ValueError: bad",
+        "cell 3: output holds 'Traceback'",
+        "cell 4: output holds a machine path: ...'see /home/me/x'...",
+        "cell 5 did not run",
         "cell 6: the page shows a machine path: /root/...",
     ]
 
 
 def make_lab_options() -> list[str]:
     """The server options of the Makefile's `lab` recipe (`make -n`, the venv taken as built)."""
-    recipe = subprocess.run(["make", "-s", "-n", "-o", ".venv/.installed", "lab"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, check=True).stdout
+    recipe = subprocess.run(
+        ["make", "-s", "-n", "-o", ".venv/.installed", "lab"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout
     words = shlex.split(recipe.replace("\\\n", " "))
     start = words.index("lab") + 1
     return [w for w in words[start:] if w.startswith("--") and w != "--allow-root"]
@@ -190,8 +222,12 @@ def test_make_lab_opens_the_notebooks_folder(page, tmp_path):
         page.wait_for_selector(".jp-DirListing-item", timeout=deadline.ms(60))
         page.wait_for_function(
             "n => document.querySelectorAll('.jp-DirListing-item .jp-DirListing-itemText').length >= n",
-            arg=len(NOTEBOOKS), timeout=deadline.ms(30))
-        listed = page.eval_on_selector_all(".jp-DirListing-item .jp-DirListing-itemText", "els => els.map(e => e.textContent.trim())")
+            arg=len(NOTEBOOKS),
+            timeout=deadline.ms(30),
+        )
+        listed = page.eval_on_selector_all(
+            ".jp-DirListing-item .jp-DirListing-itemText", "els => els.map(e => e.textContent.trim())"
+        )
         crumbs = page.inner_text(".jp-BreadCrumbs", timeout=deadline.ms(10))
         assert "/lab/tree/notebooks" in page.url, page.url
         assert [n.name for n in NOTEBOOKS if n.name not in listed] == [], listed

@@ -26,7 +26,8 @@ from .conftest import ARTIFACTS_DIR, REPO_ROOT
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements.txt)")
+    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements.txt)"
+)
 
 EXPLORER_NOTEBOOK = REPO_ROOT / "notebooks" / "02_encoding_explorer.ipynb"
 TEST_TIME_LIMIT_S = 240  # page load to screenshot; it takes ~10-30 s
@@ -85,12 +86,11 @@ def artifacts_on_failure(page, lab, name):
                 ".jp-Notebook .jp-Cell",
                 "cells => cells.map((c, i) => `<h3>cell ${i}: `"
                 " + (c.querySelector('.jp-InputPrompt')?.textContent ?? '') + '</h3>'"
-                " + (c.querySelector('.jp-OutputArea')?.outerHTML ?? '')).join('\\n')")
-            (ARTIFACTS_DIR / f"{name}-failure-outputs.html").write_text(
-                f"<html><body>{cells_html}</body></html>")
+                " + (c.querySelector('.jp-OutputArea')?.outerHTML ?? '')).join('\\n')",
+            )
+            (ARTIFACTS_DIR / f"{name}-failure-outputs.html").write_text(f"<html><body>{cells_html}</body></html>")
         except Exception as error:  # the page itself may be gone; keep the first error
-            (ARTIFACTS_DIR / f"{name}-failure-note.txt").write_text(
-                f"could not save page artifacts: {error!r}\n")
+            (ARTIFACTS_DIR / f"{name}-failure-note.txt").write_text(f"could not save page artifacts: {error!r}\n")
         (ARTIFACTS_DIR / f"{name}-failure-jupyterlab.log").write_text(lab.log_tail(50_000))
         raise
 
@@ -104,22 +104,24 @@ def open_notebook(page, url, n_cells, deadline):
     page.goto(url, timeout=deadline.ms(60))
     page.wait_for_function(
         "n => document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell').length === n",
-        arg=n_cells, timeout=deadline.ms(60))
+        arg=n_cells,
+        timeout=deadline.ms(60),
+    )
     page.wait_for_function(
         "() => [...document.querySelectorAll('.jp-StatusBar-TextItem')]"
         ".some(e => /^(?!No Kernel).+ \\| Idle$/.test(e.textContent.trim()))",
-        timeout=deadline.ms(90))
+        timeout=deadline.ms(90),
+    )
 
 
 def run_all_cells(page, deadline):
     """Run > Run All Cells, retried once if no cell shows [*] or an execution count [n]."""
-    any_cell_started = ("() => [...document.querySelectorAll('.jp-InputPrompt')]"
-                        ".some(p => /\\[(\\d+|\\*)\\]/.test(p.textContent))")
+    any_cell_started = (
+        "() => [...document.querySelectorAll('.jp-InputPrompt')].some(p => /\\[(\\d+|\\*)\\]/.test(p.textContent))"
+    )
     for attempt in (1, 2):
-        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click(
-            timeout=deadline.ms(30))
-        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click(
-            timeout=deadline.ms(30))
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click(timeout=deadline.ms(30))
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click(timeout=deadline.ms(30))
         try:
             page.wait_for_function(any_cell_started, timeout=deadline.ms(20))
             return
@@ -132,10 +134,10 @@ def run_all_cells(page, deadline):
 def wait_until_kernel_done(page, deadline):
     """Wait until no cell is queued or running ([*]) and the kernel is idle."""
     page.wait_for_function(
-        "() => ![...document.querySelectorAll('.jp-InputPrompt')]"
-        ".some(p => p.textContent.includes('[*]'))", timeout=deadline.ms(180))
-    page.wait_for_selector(
-        '.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=deadline.ms(60))
+        "() => ![...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('[*]'))",
+        timeout=deadline.ms(180),
+    )
+    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=deadline.ms(60))
 
 
 def wait_for_readout(readout, expected, deadline, poll_s=0.1):
@@ -158,8 +160,10 @@ def explorer_readout(encoding, L):
     explorer's own formatting functions (3 significant figures, scientific below 1e-3)."""
     state = explorer_state(encoding, L)
     r_L, r_2L = state["R_L"], state["R_2L"]
-    return (f"{encoding} R(L) = {format_sig(r_L)} · R(2L) = {format_sig(r_2L)}"
-            f" · R(2L)/R(L) = {format_ratio(r_L, state['ratio'])}")
+    return (
+        f"{encoding} R(L) = {format_sig(r_L)} · R(2L) = {format_sig(r_2L)}"
+        f" · R(2L)/R(L) = {format_ratio(r_L, state['ratio'])}"
+    )
 
 
 def test_explorer_slider_updates_readout(page, lab, lab_root):
@@ -177,8 +181,7 @@ def test_explorer_slider_updates_readout(page, lab, lab_root):
         run_all_cells(page, deadline)
 
         # The first explorer: its slider and readout share one output area.
-        explorer = page.locator(
-            ".jp-OutputArea-output", has=page.locator(".attnres-slider-L")).first
+        explorer = page.locator(".jp-OutputArea-output", has=page.locator(".attnres-slider-L")).first
         readout = explorer.locator(".attnres-readout").first
         handle = explorer.locator(".attnres-slider-L .noUi-handle").first
         readout.wait_for(state="visible", timeout=deadline.ms(120))
@@ -195,7 +198,8 @@ def test_explorer_slider_updates_readout(page, lab, lab_root):
         page.wait_for_function(
             "([h, before]) => Math.round(Number(h.getAttribute('aria-valuenow'))) !== before",
             arg=[handle.element_handle(timeout=deadline.ms(10)), L_before],
-            timeout=deadline.ms(10))
+            timeout=deadline.ms(10),
+        )
         L_after = round(float(handle.get_attribute("aria-valuenow", timeout=deadline.ms(10))))
         text_after = wait_for_readout(readout, {explorer_readout(encoding, L_after)}, deadline)
         wait_until_kernel_done(page, deadline)  # let the plot redraw before the screenshot

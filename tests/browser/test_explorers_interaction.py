@@ -19,8 +19,15 @@ import pytest
 
 from attnres_helpers.encodings import DESIGN_CURVES
 from attnres_helpers.widgets import (
-    COMPARE_DEFAULT, L_RANGE, compare_readout_html, compare_states, explorer_state, readout_html, trained_catalogue,
-    trained_readout_html, trained_state,
+    COMPARE_DEFAULT,
+    L_RANGE,
+    compare_readout_html,
+    compare_states,
+    explorer_state,
+    readout_html,
+    trained_catalogue,
+    trained_readout_html,
+    trained_state,
 )
 
 from .conftest import ARTIFACTS_DIR
@@ -28,13 +35,14 @@ from .test_explorer_browser import Deadline, artifacts_on_failure, open_notebook
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements.txt)")
+    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements.txt)"
+)
 
 TEST_TIME_LIMIT_S = 150  # page load to the last screenshot; ~40-70 s on a loaded 2-core machine
 L_START = 1024
 STEPS_PER_MODE = 5  # ArrowRight presses timed in each mode
 CELLS = [
-    "from attnres_helpers.widgets import explorer\nexplorer('rope', %d)" % L_START,
+    f"from attnres_helpers.widgets import explorer\nexplorer('rope', {L_START})",
     "from attnres_helpers.widgets import trained_explorer\ntrained_explorer()",
 ]
 
@@ -52,9 +60,15 @@ def shown(markup):
 
 
 def write_notebook(path):
-    cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": src} for src in CELLS]
-    notebook = {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                                            "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    cells = [
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": src} for src in CELLS
+    ]
+    notebook = {
+        "cells": cells,
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     path.write_text(json.dumps(notebook))
 
 
@@ -63,7 +77,10 @@ def wait_for_text(page, element, expected, deadline, cap_s=30):
     try:
         page.wait_for_function(
             "([el, want]) => el.innerText.replace(/\\s+/g, ' ').trim() === want",
-            arg=[element, expected], polling="raf", timeout=deadline.ms(cap_s))
+            arg=[element, expected],
+            polling="raf",
+            timeout=deadline.ms(cap_s),
+        )
     except playwright_api.TimeoutError:
         raise AssertionError(f"readout never showed {expected!r}; last text {norm(element.inner_text())!r}") from None
 
@@ -107,7 +124,9 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
         for _ in range(STEPS_PER_MODE):
             handle.focus(timeout=deadline.ms(10))
             L += L_RANGE[2]
-            latencies["single"].append(timed(page, element, design_text("rope", L), lambda: page.keyboard.press("ArrowRight"), deadline))
+            latencies["single"].append(
+                timed(page, element, design_text("rope", L), lambda: page.keyboard.press("ArrowRight"), deadline)
+            )
 
         # every encoding, at the current L: the readout, and the notes that say what cannot act
         select = root.locator(".attnres-encoding select").first
@@ -146,29 +165,44 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
         for _ in range(STEPS_PER_MODE):
             handle.focus(timeout=deadline.ms(10))
             L += L_RANGE[2]
-            latencies["compare"].append(timed(page, element, compare_text(L), lambda: page.keyboard.press("ArrowRight"), deadline))
+            latencies["compare"].append(
+                timed(page, element, compare_text(L), lambda: page.keyboard.press("ArrowRight"), deadline)
+            )
         wait_until_kernel_done(page, deadline)
         root.screenshot(path=str(ARTIFACTS_DIR / "explorer-compare.png"), timeout=deadline.ms(20))
 
         # the trained-model explorer: its default readout, then one control (the layer)
         catalogue = trained_catalogue()
         trained = trained_readout.element_handle(timeout=deadline.ms(10))
-        wait_for_text(page, trained, shown(trained_readout_html(trained_state(catalogue, "rope", 0, "mean", "mean", 2, False))), deadline)
+        wait_for_text(
+            page,
+            trained,
+            shown(trained_readout_html(trained_state(catalogue, "rope", 0, "mean", "mean", 2, False))),
+            deadline,
+        )
         page.locator(".attnres-t-layer select").first.select_option(label="1", timeout=deadline.ms(10))
         layer_1 = trained_state(catalogue, "rope", 0, 1, "mean", 2, False)
         wait_for_text(page, trained, shown(trained_readout_html(layer_1)), deadline)
         page.locator(".attnres-t-bca input[type=checkbox]").first.check(timeout=deadline.ms(10))
-        wait_for_text(page, trained, shown(trained_readout_html(trained_state(catalogue, "rope", 0, 1, "mean", 2, True))), deadline)
+        wait_for_text(
+            page,
+            trained,
+            shown(trained_readout_html(trained_state(catalogue, "rope", 0, 1, "mean", 2, True))),
+            deadline,
+        )
         wait_until_kernel_done(page, deadline)
-        page.locator(".attnres-trained-explorer").first.screenshot(path=str(ARTIFACTS_DIR / "trained-explorer.png"),
-                                                                 timeout=deadline.ms(20))
+        page.locator(".attnres-trained-explorer").first.screenshot(
+            path=str(ARTIFACTS_DIR / "trained-explorer.png"), timeout=deadline.ms(20)
+        )
 
     print(f"\nNoPE at its defaults (L = {L_START}): {nope_at_L_start}")
     print(f"RoPE after a reset: {after_reset}")
     print(f"trained explorer, rope seed 0 layer 1 at 2L: {shown(trained_readout_html(layer_1))}")
     for mode, times in latencies.items():
-        print(f"browser latency, {mode} mode, L step to readout ({len(times)} steps): "
-              f"median {1e3 * statistics.median(times):.0f} ms, max {1e3 * max(times):.0f} ms")
+        print(
+            f"browser latency, {mode} mode, L step to readout ({len(times)} steps): "
+            f"median {1e3 * statistics.median(times):.0f} ms, max {1e3 * max(times):.0f} ms"
+        )
     print(f"test body: {time.perf_counter() - started:.1f} s")
     same_numbers = texts["sinusoidal"].split(" ", 1)[1] == texts["rope"].split(" ", 1)[1]
     assert same_numbers, "sinusoidal and RoPE share one design-time curve, so one pair"

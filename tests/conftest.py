@@ -1,0 +1,86 @@
+"""Shared fixtures and helpers of the test suite.
+
+- One torch thread for the whole run (the tiny models gain nothing from more, and results then do not
+  depend on the machine's thread count).
+- ``tiny_models``: trained tiny models shared by every test that needs one (trained once per run).
+- ``cli``: the command line in-process through ``main(argv)``, with what a user would see (exit
+  status, stdout, stderr); ``tests/test_cli.py`` keeps one real subprocess per command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from attnres_helpers.__main__ import main
+from attnres_helpers.data import load_splits
+from attnres_helpers.model import preset
+from attnres_helpers.train import train
+
+TINY_TRAINING = dict(steps=20, batch_tokens=128, lr=3e-3, warmup=2, seed=0, checkpoint_every=0, progress=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def threads_restored():
+    """A test that sets torch's threads (the CLI's --threads) leaves the next one one thread."""
+    yield
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def val_tokens() -> torch.Tensor:
+    return load_splits()[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict:
+    """Trained tiny models (20 steps): rope with 3 layers (so "upper" averages two layers), alibi with 2;
+    ``{"rope": model, "alibi": model, "dirs": {encoding: run folder}}``."""
+    models, dirs = {}, {}
+    for encoding, n_layer in (("rope", 3), ("alibi", 2)):
+        dirs[encoding] = tmp_path_factory.mktemp(f"run-{encoding}")
+        models[encoding], _ = train(
+            preset("tiny", encoding=encoding, n_layer=n_layer), out_dir=dirs[encoding], **TINY_TRAINING
+        )
+    return {**models, "dirs": dirs}
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str) -> CliResult:
+    """``python -m attnres_helpers ARGS`` in-process: the exit status (a message passed to sys.exit is
+    status 1 on stderr, as the interpreter does it), stdout and stderr."""
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exit_:
+            if isinstance(exit_.code, str):
+                err.write(exit_.code + "\n")
+                code = 1
+            else:
+                code = exit_.code or 0
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def cli():
+    """:func:`run_cli`, as a fixture."""
+    return run_cli

@@ -1,0 +1,46 @@
+"""The command line as a real process, one smoke test per subcommand: it starts, parses, and exits
+cleanly (every behaviour is tested in-process through ``main(argv)``, in each module's own tests)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = (
+    "train",
+    "reproduce",
+    "measure",
+    "results",
+    "family",
+    "family-v2",
+    "hf-train",
+    "measure-hf",
+    "fetch-pretrained",
+    "figures",
+)
+
+
+def run(*args, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "attnres_helpers", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_subcommand_starts_and_prints_its_help(command):
+    out = run(command, "--help")
+    assert out.returncode == 0 and out.stdout.startswith("usage: python -m attnres_helpers " + command), out.stderr
+    assert out.stderr == ""
+
+
+def test_results_runs_as_a_process_and_a_user_error_is_one_line(tmp_path):
+    shipped = run("results", "--store", "data/results/pretrained.safetensors")
+    assert shipped.returncode == 0 and "smollm2-135m-instruct" in shipped.stdout and shipped.stderr == ""
+    missing = run("results", "--store", str(tmp_path / "none.safetensors"))
+    assert missing.returncode == 1 and missing.stderr.splitlines() == [
+        f"error: measurement store {tmp_path / 'none.safetensors'} is missing"
+    ]
+    usage = run("results", "--boundary", "middle")
+    assert usage.returncode == 2 and len(usage.stderr.splitlines()) == 1 and "(see --help)" in usage.stderr

@@ -1,0 +1,63 @@
+"""scripts/execute_notebooks.py (`make execute`): a notebook is rewritten only where its outputs changed in
+substance, so running the notebooks on a checkout leaves git status clean."""
+
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "execute_notebooks.py"
+spec = importlib.util.spec_from_file_location("execute_notebooks", SCRIPT)
+execute_notebooks = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(execute_notebooks)
+
+
+def notebook(path: Path, *sources: str, tags: dict[int, list[str]] | None = None) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s, metadata={"tags": (tags or {}).get(i, [])}) for i, s in enumerate(sources)]
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_second_run_leaves_the_file_byte_for_byte(tmp_path):
+    # two flushes of one stream, a timing behind a comment marker and one behind a tag: all volatile
+    path = notebook(
+        tmp_path / "a.ipynb",
+        "print('one', flush=True)\nprint('two')",
+        "# NBVAL_IGNORE_OUTPUT\nimport time; print(time.perf_counter_ns())",
+        "import time; print(time.perf_counter_ns())",
+        "(tmp := __import__('pathlib').Path('data.txt')).read_text()",
+        tags={2: ["nbval-ignore-output"]},
+    )
+    (tmp_path / "data.txt").write_text("first")
+    assert execute_notebooks.execute(path, timeout=60)  # the first run fills in outputs
+    written = path.read_bytes()
+    assert execute_notebooks.execute(path, timeout=60) is False
+    assert path.read_bytes() == written
+    assert nbformat.read(path, 4).cells[0].outputs[0].text == "one\ntwo\n"  # merged as nbconvert merges
+    # a notebook saved by JupyterLab keeps each flush as its own output: the same substance
+    nb = nbformat.read(path, 4)
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=t) for t in ("one\n", "two\n")]
+    nbformat.write(nb, path)
+    assert execute_notebooks.execute(path, timeout=60) is False
+    # a change of substance is written
+    (tmp_path / "data.txt").write_text("second")
+    assert execute_notebooks.execute(path, timeout=60)
+    assert "second" in nbformat.read(path, 4).cells[3].outputs[0].data["text/plain"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ipynb", "data.txt"]  # no temporary left
+
+
+def test_a_failing_cell_names_the_notebook_and_leaves_it(tmp_path):
+    path = notebook(tmp_path / "b.ipynb", "1 / 0")
+    before = path.read_bytes()
+    with pytest.raises(SystemExit, match=r"b\.ipynb: a cell failed \(ZeroDivisionError.*the file is unchanged"):
+        execute_notebooks.execute(path, timeout=60)
+    assert path.read_bytes() == before
+
+
+def test_a_missing_notebook_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        execute_notebooks.main(["no/such.ipynb"])
+    assert exit_info.value.code == 2
+    assert "no such notebook: no/such.ipynb" in capsys.readouterr().err

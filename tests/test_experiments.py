@@ -199,7 +199,8 @@ def test_family_settings():
     assert all(s.meta["training"]["steps"] == 400 and s.meta["training"]["weight_decay"] == 0.1 for s in specs)
     assert [s.seed for s in specs] == [0] * 21 + [1] * 21  # seed by seed: a stopped run keeps every member
     ds = experiments.family_dataset(seeds=(0,), device="cuda")
-    assert ds.dtype == torch.float16 and len(ds.specs) == 21 and ds.about["command"].endswith("--device cuda")
+    assert ds.dtype == torch.int16 and ds.average_heads and len(ds.specs) == 21
+    assert ds.about["command"].endswith("--device cuda")
 
 
 def test_run_datasets_trains_measures_and_then_keeps(tmp_path):

@@ -182,6 +182,21 @@ def cluster_correlations(
     return _cluster_correlations(predictors, outcome, clusters, n_resamples, confidence_level, rng)[0]
 
 
+def subset_correlation(
+    sub: list[Point], predictor: str, outcome: str, n_resamples: int = 10000, confidence_level: float = 0.95, rng=0
+) -> Correlation:
+    """ρ of ``predictor`` with ``outcome`` over the points ``sub`` (one mask setting, one family), with its
+    cluster-bootstrap interval over their settings."""
+    return cluster_correlations(
+        {predictor: column(sub, predictor)},
+        column(sub, outcome),
+        [p.setting for p in sub],
+        n_resamples,
+        confidence_level,
+        rng,
+    )[predictor]
+
+
 @dataclass(frozen=True)
 class PlanResult:
     """Everything the plan asks for, for one outcome."""
@@ -230,16 +245,12 @@ def run_plan(
     primary = Correlation(primary.rho, primary.low, primary.high, primary.n, p_value)
     diff = np.abs(reps[:, 0]) - np.abs(reps[:, 1])  # columns in the order of `predictors`: R, then BCA
     beats = (abs(primary.rho) - abs(cors["BCA indicator"].rho), *percentile_interval(diff, confidence_level))
-    within = {}
-    for flag in (False, True):
-        sub = [p for p in points if p.bca == flag]
-        within[flag] = cluster_correlations(
-            {predictor: column(sub, predictor)},
-            column(sub, outcome),
-            [p.setting for p in sub],
-            confidence_level=confidence_level,
-            **common,
-        )[predictor]
+    within = {
+        flag: subset_correlation(
+            [p for p in points if p.bca == flag], predictor, outcome, confidence_level=confidence_level, **common
+        )
+        for flag in (False, True)
+    }
     return PlanResult(
         outcome,
         primary,
@@ -392,24 +403,14 @@ def test_v2(
         partial = partial_spearman(predictors[predictor], y, bca)
         for flag in (False, True):
             sub = [p for p in pts if p.bca == flag]
-            within[flag] = cluster_correlations(
-                {predictor: column(sub, predictor)},
-                column(sub, outcome),
-                [p.setting for p in sub],
-                confidence_level=confidence_level,
-                **common,
-            )[predictor]
+            within[flag] = subset_correlation(sub, predictor, outcome, confidence_level=confidence_level, **common)
     within_family = {}
     for family in WITHIN_FAMILIES:
         sub = [p for p in pts if p.family == family and not p.bca]
         if len(sub) >= 4:
-            within_family[family] = cluster_correlations(
-                {predictor: column(sub, predictor)},
-                column(sub, outcome),
-                [p.setting for p in sub],
-                confidence_level=confidence_level,
-                **common,
-            )[predictor]
+            within_family[family] = subset_correlation(
+                sub, predictor, outcome, confidence_level=confidence_level, **common
+            )
     return TestResult(
         predictor,
         outcome,

@@ -31,8 +31,9 @@ import signal
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -128,13 +129,27 @@ def measure_spec(spec: RunSpec, summary: dict, device: str = "cpu") -> tuple[lis
     return profiles, curves
 
 
+@contextmanager
+def _naming(spec: RunSpec):
+    """A worker's error, as one RuntimeError naming the run."""
+    try:
+        yield
+    except Exception as err:
+        raise RuntimeError(f"run {spec.name} ({spec.out_dir}): {type(err).__name__}: {err}") from None
+
+
 def train_and_measure(spec: RunSpec, device: str = "cpu", threads: int = 1) -> tuple[list[Profile], dict]:
     """A worker's job: train, then measure ``spec``; errors name the run."""
     torch.set_num_threads(threads)
-    try:
+    with _naming(spec):
         return measure_spec(spec, train_spec(spec, device), device)
-    except Exception as err:
-        raise RuntimeError(f"run {spec.name} ({spec.out_dir}): {type(err).__name__}: {err}") from None
+
+
+def train_only(spec: RunSpec, device: str = "cpu", threads: int = 1) -> None:
+    """A worker's job: train ``spec`` (no measuring); errors name the run."""
+    torch.set_num_threads(threads)
+    with _naming(spec):
+        train_spec(spec, device)
 
 
 # ------------------------------------------------------------------------------------------ the pool
@@ -179,6 +194,35 @@ def _stop(pool: ProcessPoolExecutor, futures) -> None:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _in_pool(work, tasks: list[tuple], jobs: int, desc: str, progress: bool, deadline_s: float | None = None):
+    """``work(argument)`` for every (tag, argument) of ``tasks``, ``jobs`` at once in worker processes,
+    yielding (tag, result) as each finishes. A worker's error is raised at once and, like any error of the
+    caller's while it handles a result (use it under ``contextlib.closing``), ends the pool: what has not
+    started is cancelled and the runs in flight are stopped. With ``deadline_s``, tasks not started within
+    that many seconds are skipped."""
+    pool = _pool(jobs)
+    futures = {pool.submit(work, argument): tag for tag, argument in tasks}
+    start = time.monotonic()
+    bar = tqdm(total=len(futures), desc=desc, disable=not progress)
+    try:
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)  # each result handled at once
+            for future in finished:
+                if not future.cancelled():
+                    yield futures[future], future.result()  # a worker's error is raised here
+                    bar.update(1)
+            if deadline_s is not None and time.monotonic() - start > deadline_s:
+                for f in pending:
+                    f.cancel()
+    except BaseException:  # GeneratorExit too: the caller stopped on an error of its own
+        _stop(pool, futures)
+        raise
+    finally:
+        bar.close()
+    pool.shutdown(wait=True)
+
+
 def _kept(ds: Dataset, path: Path | None = None) -> tuple[list[Profile], dict]:
     """The profiles and curves already in ``ds.store`` (or in ``path``, a part of it) whose runs are wanted
     with the same metadata."""
@@ -211,32 +255,12 @@ def run_datasets(
         raise ValueError("two datasets write the same store")
     with _locks(stores):
         kept, curves, todo = _plan(datasets, finished_only)
-        start = time.monotonic()
-        pool = _pool(jobs)
-        futures = {pool.submit(train_and_measure, spec, device): ds for ds, spec in todo}
-        bar = tqdm(total=len(futures), desc="runs", disable=not progress)
-        try:
-            pending = set(futures)
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)  # each run's store write at once
-                for future in finished:
-                    if future.cancelled():
-                        continue
-                    ds = futures[future]
-                    profiles, run_curves = future.result()  # a worker's error is raised here, at once
-                    kept[ds.store] += average_heads(profiles) if ds.average_heads else profiles
-                    curves[ds.store].update(run_curves)
-                    save_profiles(ds.store, kept[ds.store], ds.about, ds.dtype, curves[ds.store])
-                    bar.update(1)
-                if deadline_s is not None and time.monotonic() - start > deadline_s:
-                    for f in pending:
-                        f.cancel()
-        except BaseException:
-            _stop(pool, futures)
-            raise
-        finally:
-            bar.close()
-        pool.shutdown(wait=True)
+        work = partial(train_and_measure, device=device)
+        with closing(_in_pool(work, todo, jobs, "runs", progress, deadline_s)) as results:
+            for ds, (profiles, run_curves) in results:  # each run's store written as soon as it finishes
+                kept[ds.store] += average_heads(profiles) if ds.average_heads else profiles
+                curves[ds.store].update(run_curves)
+                save_profiles(ds.store, kept[ds.store], ds.about, ds.dtype, curves[ds.store])
     for ds in datasets:
         if ds.sums is not None and all((s.out_dir / "config.json").is_file() for s in ds.specs):
             write_text_atomic(ds.sums / "SHA256SUMS", sha256sums(ds.sums))
@@ -261,55 +285,23 @@ def _plan(datasets: list[Dataset], finished_only: bool) -> tuple[dict, dict, lis
     return kept, curves, [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
 
 
-class _locks:
-    """Every store's lock held together (:func:`files.exclusive`)."""
-
-    def __init__(self, paths):
-        self.paths, self.held = paths, []
-
-    def __enter__(self):
-        try:
-            for path in self.paths:
-                context = files.exclusive(path)
-                context.__enter__()
-                self.held.append(context)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        while self.held:
-            self.held.pop().__exit__(None, None, None)
+@contextmanager
+def _locks(paths):
+    """Every store's lock held together (:func:`files.exclusive`), released in reverse order."""
+    with ExitStack() as held:
+        for path in paths:
+            held.enter_context(files.exclusive(path))
+        yield
 
 
 def train_specs(specs: list[RunSpec], device: str = "cpu", jobs: int = 2, progress: bool = True) -> None:
     """Train every spec (no measuring), ``jobs`` at once; finished runs are reused, interrupted ones
     resumed; a worker's error stops the rest at once."""
-    pool = _pool(jobs)
-    futures = [pool.submit(_train_only, spec, device) for spec in specs]
-    bar = tqdm(total=len(futures), desc="train", disable=not progress)
-    try:
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                future.result()  # a worker's error is raised here, as soon as it happens
-                bar.update(1)
-    except BaseException:
-        _stop(pool, futures)
-        raise
-    finally:
-        bar.close()
-    pool.shutdown(wait=True)
-
-
-def _train_only(spec: RunSpec, device: str) -> None:
-    torch.set_num_threads(1)
-    try:
-        train_spec(spec, device)
-    except Exception as err:
-        raise RuntimeError(f"run {spec.name} ({spec.out_dir}): {type(err).__name__}: {err}") from None
+    with closing(
+        _in_pool(partial(train_only, device=device), [(s, s) for s in specs], jobs, "train", progress)
+    ) as done:
+        for _ in done:
+            pass
 
 
 # ------------------------------------------------------------------------------------------ torchrun
@@ -551,7 +543,7 @@ def _run_family_v2_distributed(
                 if s.extra["config"] in SHIPPED_AS and not (s.out_dir / "config.json").is_file()
             ]
             for spec in first[rank::world]:  # the five seeds 0 that decide the reuse, before anything else
-                _train_only(spec, _rank_device(device, env[2]))
+                train_only(spec, _rank_device(device, env[2]), threads=1)
             dist.barrier()
             if rank == 0:
                 reuse_shipped(FAMILY_V2_RUNS)

@@ -3,7 +3,7 @@ and against a minimal plain-SDPA reference, side by side in one run.
 
 Variants, each its own copy of the same initial weights with its own AdamW, all fed the same batches:
 
-  (i)   fp32 eager, 1 thread: today's trainer (``experiments.train_one`` trains one model per thread);
+  (i)   fp32 eager, 1 thread: today's trainer (``experiments.train_specs``: a model per worker process, 1 thread);
   (ii)  bf16 autocast: the forward pass and loss under ``torch.autocast("cpu", dtype=torch.bfloat16)``
         (weights, gradients and AdamW stay fp32), 1 thread;
   (iii) torch.compile of the model (inductor), 1 thread; its compile time, taken by the first step,

@@ -226,7 +226,7 @@ def test_killing_the_parent_leaves_no_worker_and_a_rerun_is_identical(family, tm
         "runner.run_datasets([t._dataset(Path(sys.argv[2]))], jobs=2, progress=False)"
     )
     parent = subprocess.Popen(
-        [sys.executable, "-c", driver, str(TESTS), str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, "-c", driver, str(TESTS), str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     workers: set[int] = set()
     try:
@@ -247,6 +247,9 @@ def test_killing_the_parent_leaves_no_worker_and_a_rerun_is_identical(family, tm
         while time.monotonic() < deadline and any(_alive(pid) for pid in everyone):
             time.sleep(0.1)
         assert not [pid for pid in everyone if _alive(pid)], "processes outlived their killed parent"
+        # no worker keeps the dead command's stdout open: a reader of it (`... | grep`) sees its end at once
+        with ThreadPoolExecutor(1) as reader:
+            reader.submit(parent.stdout.read).result(timeout=BOUND_S)
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -254,6 +257,7 @@ def test_killing_the_parent_leaves_no_worker_and_a_rerun_is_identical(family, tm
         for pid in workers:  # only if the test failed: never leave one behind
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        parent.stdout.close()
         parent.stderr.close()
     assert not all((s.out_dir / "config.json").is_file() for s in ds.specs)  # it was killed mid-run
     kept = runner.run_datasets([ds], jobs=2, progress=False)[ds.store]  # the rerun: takes over the stale lock
@@ -538,6 +542,25 @@ def test_nll_past_exps_range_is_an_infinite_perplexity_and_valid_json(profile, t
     assert "ppl <L inf" in capsys.readouterr().out
 
 
+def test_the_trained_explorer_draws_nll_past_exps_range(family, tmp_path):
+    """NLL above 709: the readout says inf, the figure draws at its ceiling (finite axis limits), no warning."""
+    import dataclasses
+    import warnings
+
+    from attnres_helpers.widgets import find_by_class, trained_explorer
+
+    profiles, about = load_profiles(family.store)
+    huge = [dataclasses.replace(p, nll=torch.full_like(p.nll, 710.0)) for p in profiles]
+    path = tmp_path / "huge.safetensors"
+    save_profiles(path, huge, about)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow in exp would be one
+        ui = trained_explorer(path)
+        find_by_class(ui, "attnres-t-bca").value = True  # a second drawing
+    assert find_by_class(ui, "attnres-error").value == ""
+    assert "positions &lt; L inf · positions ≥ L inf" in find_by_class(ui, "attnres-trained-readout").value
+
+
 def test_results_store_empty_string_is_refused():
     with pytest.raises(SystemExit) as exit_info:
         cli_main(["results", "--store", ""])
@@ -607,6 +630,15 @@ def test_a_link_to_dev_zero_is_refused_without_reading_it(root, monkeypatch):
     (root / "zero").symlink_to("/dev/zero")  # unlisted, too
     with pytest.raises(ValueError, match=f"{root / 'zero'} is not listed in SHA256SUMS: refused"):
         runner.verify_checkpoints(root)
+
+
+def test_a_file_over_the_hashing_bound_is_refused_unread(tmp_path, monkeypatch):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"x" * 11)
+    monkeypatch.setattr("builtins.open", lambda *a, **k: pytest.fail("the file was opened"))
+    with pytest.raises(ValueError) as err:
+        files.sha256_file(path, max_bytes=10)
+    assert str(err.value) == f"{path} is 11 bytes, over the 10-byte bound: refused"
 
 
 def test_a_binary_sha256sums_names_the_file(root):
@@ -924,6 +956,20 @@ def test_a_model_with_huge_logits_gives_infinite_perplexity_and_valid_json(llama
     cli_main(["measure-hf", "--model", str(folder), "--lengths", "1", "--windows", "1", "--json"])
     out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert {r["perplexity"] for r in out} == {None}
+
+
+def test_measure_hf_method_explicit_agrees_with_fft(llama_folder, capsys):
+    """The CLI's --method explicit (the O(T²) path) gives the FFT path's records, R to 1e-4 relative."""
+    runs = {}
+    for method in ("fft", "explicit"):
+        cli_main(["measure-hf", "--model", str(llama_folder), "--lengths", "1,2", "--windows", "1", "--json",
+                  "--method", method])  # fmt: skip
+        runs[method] = json.loads(capsys.readouterr().out)
+    assert len(runs["fft"]) == len(runs["explicit"]) > 0
+    for a, b in zip(runs["fft"], runs["explicit"]):
+        assert (a["layer"], a["eval_len"]) == (b["layer"], b["eval_len"])
+        assert a["resolution"] == pytest.approx(b["resolution"], rel=1e-4, abs=1e-9)
+        assert a["perplexity"] == b["perplexity"]
 
 
 def test_a_hub_name_without_network_is_one_line(tmp_path, monkeypatch, no_hub):

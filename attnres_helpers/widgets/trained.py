@@ -132,6 +132,15 @@ def _curves(profile, layers: list[int], head) -> tuple[np.ndarray, np.ndarray]:
     return scores.numpy(), torch.softmax(scores, dim=-1).numpy()
 
 
+DRAWN_LOG_PERPLEXITY_MAX = 690.0  # e^690 ~ 1e299: the axis limits (x 1.1) stay finite
+
+
+def drawn_perplexity(nll) -> np.ndarray:
+    """Per-position perplexity exp(NLL) ``(T,)`` as the figure draws it: at most e^690, so that a model
+    whose NLL passes exp's range still draws (at the ceiling; the readout gives such a perplexity as inf)."""
+    return np.exp(np.minimum(np.asarray(nll, dtype=np.float64), DRAWN_LOG_PERPLEXITY_MAX))
+
+
 def plot_limits(catalogue: dict, setting: str, seed: int, layer, head) -> dict:
     """The trained figure's fixed ranges for one run, layer and head choice: over every eval length and
     mask the store holds, so that they stay put while only BCA or the length changes.
@@ -148,7 +157,7 @@ def plot_limits(catalogue: dict, setting: str, seed: int, layer, head) -> dict:
             s, w = _curves(profile, layers, head)
             scores.append(s[np.isfinite(s)])
             weights.append(w[w > 0])
-            ppl.append(np.exp(profile.nll.numpy()))
+            ppl.append(drawn_perplexity(profile.nll))
         scores, weights, ppl = (np.concatenate(v) for v in (scores, weights, ppl))
         pad = 0.05 * float(np.ptp(scores)) or 1.0
         catalogue["cache"][key] = {
@@ -229,7 +238,7 @@ def trained_state(
         "bca": bca,
         "scores": scores,
         "weights": weights,
-        "ppl": np.exp(profile.nll.numpy()),
+        "ppl": drawn_perplexity(profile.nll),
         **perplexities(profile.nll, L),
         "limits": plot_limits(catalogue, setting, seed, layer, head),
         "R": R,

@@ -9,26 +9,23 @@ measurement changes between points.
     python scripts/sweep.py                 # every point, resumable: finished models are reused
     python scripts/sweep.py --points base L32 --seeds 0 1
 
-Models go to runs/sweep/ (not shipped); the records, with the training wall time of each
-model, go to data/sweep/<point>.json, written atomically after every model (so two
-processes can sweep different points at once).
+Each point's models are a Dataset of the one runner (``experiments.run_datasets``: trained into
+runs/sweep/<point>/, measured from their checkpoints into runs/sweep/<point>.safetensors, neither
+shipped); the records, with the training wall time of each model, go to data/sweep/<point>.json,
+written atomically once the point is done (so two processes can sweep different points at once).
+The shipped records were made before the runner, from the in-memory fp32 models, so a rerun
+(measured from the fp16 checkpoints) agrees with them to fp16 rounding, not to the last bit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
 
-import torch
-
-from attnres_helpers.data import load_splits
-from attnres_helpers.experiments import ROOT, data_path
+from attnres_helpers.experiments import ROOT, Dataset, RunSpec, data_path, run_datasets
 from attnres_helpers.files import write_text_atomic
-from attnres_helpers.measure import measure_model
 from attnres_helpers.model import ModelConfig
 from attnres_helpers.store import records as profile_records
-from attnres_helpers.train import train
 
 # Spelled out in full, so that the sweep does not move when the shipped preset or ModelConfig's
 # defaults change (xPos's B was 512 when the sweep ran; ModelConfig's default is now L/2).
@@ -52,7 +49,8 @@ POINTS = {
 }
 ENCODINGS = ("rope", "alibi", "sinusoidal", "xpos")  # xPos is only needed where BCA is checked
 SWEEP_DIR = data_path("sweep")  # one records file a point: <point>.json
-RECORD_DROPPED = ("run", "boundary")  # constant within the sweep (boundary "zero"); not in its files
+RECORD_DROPPED = ("run", "boundary", "training", "trained")  # constant, or spelled out below; not in its files
+RUNS = ROOT / "runs" / "sweep"  # the models and the per-point stores (git-ignored)
 
 
 def point_settings(name: str) -> tuple[dict, dict]:
@@ -60,6 +58,48 @@ def point_settings(name: str) -> tuple[dict, dict]:
     model = {**BASE["model"], **change.get("model", {})}
     train_settings = {**BASE["train"], **change.get("train", {})}
     return model, train_settings
+
+
+def point_dataset(point: str, encodings, seeds, windows: int, skip=()) -> Dataset:
+    """The point's models, less those in ``skip`` ((point, encoding, seed) already in its records file), as
+    a Dataset of the one runner (experiments.run_datasets): trained into runs/sweep/<point>/, measured at L
+    and 2L from their verified checkpoints into the git-ignored store runs/sweep/<point>.safetensors."""
+    model_changes, train_settings = point_settings(point)
+    specs = [
+        RunSpec(
+            f"{point}-{e}-s{s}",
+            ModelConfig(encoding=e, **model_changes),
+            s,
+            RUNS / point / f"{e}-s{s}",
+            train_settings,
+            {"point": point},
+            {"multiples": (1, 2), "n_windows": windows},
+        )
+        for s in seeds
+        for e in encodings
+        if (point, e, s) not in skip
+    ]
+    return Dataset(RUNS / f"{point}.safetensors", specs, {"command": "python scripts/sweep.py", "point": point})
+
+
+def point_records(point: str, profiles) -> list[dict]:
+    """The records of the sweep's files from the point's profiles: per layer and the layer mean ("upper"
+    is derivable from the per-layer records), with each model's training wall time, validation loss,
+    training settings and config."""
+    _, train_settings = point_settings(point)
+    recs = []
+    for r in profile_records(profiles):
+        if r["layer"] == "upper":
+            continue
+        trained = r["trained"]
+        rec = {k: v for k, v in r.items() if k not in RECORD_DROPPED}
+        rec.update(
+            train_wall_s=trained["wall_s"],
+            val_loss=trained["val_loss"],
+            **{f"train_{k}": v for k, v in train_settings.items()},
+        )
+        recs.append(rec)
+    return recs
 
 
 def summarise(head_modes=("mean-scores", "mean-R")) -> str:
@@ -180,7 +220,7 @@ def main(argv=None) -> None:
     ap.add_argument("--encodings", nargs="+", default=list(ENCODINGS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--windows", type=int, default=32, help="held-out windows per length")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is much faster on a busy machine)")
+    ap.add_argument("--jobs", type=int, default=2, help="models trained at once, one torch thread each (default 2)")
     ap.add_argument("--summary", action="store_true", help="only write data/sweep/SUMMARY.md from the records")
     args = ap.parse_args(argv)
     if args.summary:
@@ -188,62 +228,20 @@ def main(argv=None) -> None:
         print((SWEEP_DIR / "SUMMARY.md").read_text())
         return
 
-    torch.set_num_threads(args.threads)
-    _, val_tokens = load_splits()
     for point in args.points:
         path = SWEEP_DIR / f"{point}.json"
         done = json.loads(path.read_text()) if path.is_file() else []
         have = {(r["point"], r["encoding"], r["seed"]) for r in done}
-        model_changes, train_settings = point_settings(point)
-        for seed in args.seeds:
-            for encoding in args.encodings:
-                if (point, encoding, seed) in have:
-                    continue
-                cfg = ModelConfig(encoding=encoding, **model_changes)
-                out = ROOT / "runs" / "sweep" / point / f"{encoding}-s{seed}"
-                t0 = time.perf_counter()
-                model, summary = train(
-                    cfg, seed=seed, out_dir=out, checkpoint_every=0, progress=False, **train_settings
-                )
-                train_s = summary["results"]["wall_s"]
-                profiles = measure_model(
-                    model,
-                    val_tokens,
-                    f"{point}-{encoding}-s{seed}",
-                    {"encoding": encoding, "seed": seed, "train_len": cfg.train_len},
-                    multiples=(1, 2),
-                    n_windows=args.windows,
-                )
-                # the records of the sweep's files: per layer and the layer mean ("upper" is derivable
-                # from the per-layer records), now with perplexity_first_L
-                recs = [
-                    {k: v for k, v in r.items() if k not in RECORD_DROPPED}
-                    for r in profile_records(profiles)
-                    if r["layer"] != "upper"
-                ]
-                for r in recs:
-                    r.update(
-                        point=point,
-                        train_wall_s=train_s,
-                        val_loss=summary["results"]["val_loss"],
-                        **{f"train_{k}": v for k, v in train_settings.items()},
-                        model=cfg.to_dict(),
-                    )
-                done += recs
-                write_text_atomic(path, json.dumps(done, indent=1))
-                mean = {
-                    (r["eval_len"], r["bca"]): r["resolution"]
-                    for r in recs
-                    if r["layer"] == "mean" and r["head_mode"] == "mean-scores"
-                }
-                L = cfg.train_len
-                print(
-                    f"{point:12s} {encoding:10s} s{seed}  train {train_s:5.0f}s  "
-                    f"total {time.perf_counter() - t0:5.0f}s  "
-                    f"R(L) {mean[(L, False)]:.4f}  R(2L) {mean[(2 * L, False)]:.4f}  "
-                    f"R(2L,BCA) {mean.get((2 * L, True), float('nan')):.4f}",
-                    flush=True,
-                )
+        ds = point_dataset(point, args.encodings, args.seeds, args.windows, skip=have)
+        if not ds.specs:
+            continue
+        profiles = run_datasets([ds], jobs=args.jobs)[ds.store]
+        done += point_records(point, profiles)
+        write_text_atomic(path, json.dumps(done, indent=1))
+        for r in point_records(point, profiles):
+            if r["layer"] == "mean" and r["head_mode"] == "mean-scores" and r["eval_len"] == 2 * r["train_len"]:
+                print(f"{point:12s} {r['encoding']:10s} s{r['seed']}  bca {r['bca']!s:5s}  "
+                      f"R(2L) {r['resolution']:.4f}  train {r['train_wall_s']:5.0f}s", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import math
 import os
 import re
 import sys
+from typing import NoReturn
 
 import torch
 
@@ -336,7 +337,7 @@ def _device(text: str) -> str:
 class OneLineErrorParser(argparse.ArgumentParser):
     """A usage error is one line on stderr and exit status 2 (``--help`` still prints the usage)."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 

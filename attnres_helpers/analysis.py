@@ -14,9 +14,11 @@ are *configurations*, a setting evaluated without or with BCA, at their seed mea
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Container
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .metric import Boundary, HeadMode
 from .stats import (
@@ -90,7 +92,7 @@ def family_points(
     boundary: Boundary = "zero",
     min_seeds: int = 1,
     curves: dict | None = None,
-    seeds=None,
+    seeds: Container[int] | None = None,
 ) -> list[Point]:
     """One :class:`Point` per (setting, BCA) in ``profiles`` (the family store), in store order.
 
@@ -173,17 +175,22 @@ def _cluster_correlations(
 def cluster_correlations(
     predictors: dict[str, np.ndarray],
     outcome: np.ndarray,
-    clusters,
+    clusters: ArrayLike,
     n_resamples: int = 10000,
     confidence_level: float = 0.95,
-    rng=0,
+    rng: int | np.random.Generator | None = 0,
 ) -> dict[str, Correlation]:
     """:class:`Correlation` of each predictor with the outcome, all on the same cluster resamples."""
     return _cluster_correlations(predictors, outcome, clusters, n_resamples, confidence_level, rng)[0]
 
 
 def subset_correlation(
-    sub: list[Point], predictor: str, outcome: str, n_resamples: int = 10000, confidence_level: float = 0.95, rng=0
+    sub: list[Point],
+    predictor: str,
+    outcome: str,
+    n_resamples: int = 10000,
+    confidence_level: float = 0.95,
+    rng: int | np.random.Generator | None = 0,
 ) -> Correlation:
     """ρ of ``predictor`` with ``outcome`` over the points ``sub`` (one mask setting, one family), with its
     cluster-bootstrap interval over their settings."""
@@ -217,7 +224,7 @@ def run_plan(
     predictor: str = PREDICTOR,
     n_resamples: int = 10000,
     confidence_level: float = 0.95,
-    rng=0,
+    rng: int | np.random.Generator | None = 0,
 ) -> PlanResult:
     """The plan's test of ``predictor`` against ``outcome`` over the configurations in ``points``.
 
@@ -364,7 +371,7 @@ def test_v2(
     outcome: str,
     n_resamples: int = 10000,
     confidence_level: float = 0.95,
-    rng=0,
+    rng: int | np.random.Generator | None = 0,
     bca_off_only: bool | None = None,
 ) -> TestResult:
     """Plan v2's test of ``predictor`` against ``outcome``: Spearman's ρ, a cluster-bootstrap interval over
@@ -487,7 +494,7 @@ def base_bound(L_context: int) -> float:
     return 0.0424 * L_context**1.628
 
 
-def base_bound_table(points: list[Point], L: int, outcomes=tuple(V2_OUTCOMES)) -> list[dict]:
+def base_bound_table(points: list[Point], L: int, outcomes: Collection[str] = tuple(V2_OUTCOMES)) -> list[dict]:
     """For each RoPE setting (BCA off): its base, log(base / base_min(2L)), the bound's categorical
     prediction (keeps the 2L context when base >= base_min(2L)) and the observed outcomes."""
     rows = []

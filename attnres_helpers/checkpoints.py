@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -26,6 +27,9 @@ from safetensors.torch import load_file
 from .files import SUMS_FILE, verify_sha256sums
 from .model import ModelConfig
 from .paths import made_by
+
+if TYPE_CHECKING:
+    from .hf import HFConfig
 
 MODEL_FILE, CONFIG_JSON = "model.safetensors", "config.json"
 
@@ -53,7 +57,7 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
         raise ValueError(f"checkpoint file {path} is corrupt or truncated ({err})") from err
 
 
-def build_model(cfg) -> torch.nn.Module:
+def build_model(cfg: ModelConfig | HFConfig) -> torch.nn.Module:
     """The model of a config (``cfg.build()``): our Transformer for a :class:`ModelConfig`, a
     `transformers` architecture (:class:`attnres_helpers.hf.HFCausalLM`) for an ``hf.HFConfig``."""
     if not hasattr(cfg, "build"):
@@ -61,7 +65,7 @@ def build_model(cfg) -> torch.nn.Module:
     return cfg.build()
 
 
-def model_config(meta: dict, path: Path):
+def model_config(meta: dict, path: Path) -> ModelConfig | HFConfig:
     """The ModelConfig (or hf.HFConfig) recorded in a config.json; an error naming the file if it is bad."""
     try:
         if isinstance(meta["model"], dict) and "architecture" in meta["model"]:
@@ -73,14 +77,14 @@ def model_config(meta: dict, path: Path):
         raise ValueError(f"checkpoint file {path} has a bad model config: {err}") from err
 
 
-def expected_shapes(cfg) -> dict[str, tuple[int, ...]]:
+def expected_shapes(cfg: ModelConfig | HFConfig) -> dict[str, tuple[int, ...]]:
     """Every weight's name and shape for ``cfg``, from a model built on the meta device (no memory)."""
     with torch.device("meta"):
         model = build_model(cfg)
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
-def check_weights_header(weights_path: Path, cfg, config_path: Path) -> None:
+def check_weights_header(weights_path: Path, cfg: ModelConfig | HFConfig, config_path: Path) -> None:
     """Compare the config with the weights' names and shapes from the safetensors header alone."""
     if not weights_path.is_file():
         raise FileNotFoundError(f"checkpoint file {weights_path} is missing")

@@ -62,7 +62,7 @@ def reversal_checks(
     """
     index = index_records(records, head_mode)
 
-    def cell(encoding, k, bca):
+    def cell(encoding: str, k: int, bca: bool) -> dict:
         found = index.get((encoding, k, bca, layer))
         if not found:
             raise LookupError(
@@ -71,10 +71,10 @@ def reversal_checks(
             )
         return found
 
-    def on_means(encoding, k, bca=False):
+    def on_means(encoding: str, k: int, bca: bool = False) -> float:
         return cell_stat(cell(encoding, k, bca), "resolution").mean
 
-    def ppl_on_means(encoding, column):
+    def ppl_on_means(encoding: str, column: str) -> float:
         stat = cell_stat(cell(encoding, 2, False), column)
         if stat is None:
             raise LookupError(f"reversal_checks needs {column} at 2L of {encoding!r}; the records have none")
@@ -83,7 +83,7 @@ def reversal_checks(
     names = list(CHECK_DESCRIPTIONS)
     if partial:
 
-        def usable(name):
+        def usable(name: str) -> bool:
             try:
                 _CHECKS[name](on_means, ppl_on_means, tolerance)
                 return True

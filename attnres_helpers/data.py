@@ -48,7 +48,9 @@ def decode(tokens: torch.Tensor) -> str:
     return bytes(tokens.to(torch.uint8).tolist()).decode("utf-8", errors="replace")
 
 
-def train_val_split(tokens: torch.Tensor, block: int = SPLIT_BLOCK, val_every: int = VAL_EVERY):
+def train_val_split(
+    tokens: torch.Tensor, block: int = SPLIT_BLOCK, val_every: int = VAL_EVERY
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Cut `tokens` into consecutive blocks; block k is validation when k % val_every == val_every - 1.
 
     Returns (train, val), each the concatenation of its blocks in corpus order. Deterministic, and the
@@ -76,7 +78,9 @@ def _check_window(tokens: torch.Tensor, T: int) -> None:
         raise ValueError(f"tokens has {len(tokens)} entries, too few for one window of T+1 = {T + 1}")
 
 
-def get_batch(tokens: torch.Tensor, batch_size: int, T: int, generator: torch.Generator):
+def get_batch(
+    tokens: torch.Tensor, batch_size: int, T: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random windows of T+1 tokens: inputs x = w[:, :-1] and next-byte targets y = w[:, 1:], (B, T) int64.
 
     Start positions are uniform over [0, len - T - 1], drawn from `generator` only, so a generator seeded

@@ -26,6 +26,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from .metric import Boundary, HeadMode, layer_resolution, resolution
 from .model import alibi_slopes as model_alibi_slopes
@@ -85,7 +86,9 @@ def _rotary_cosines(N: int, head_dim: int, base: float) -> tuple[np.ndarray, np.
 # --------------------------------------------------------------------------- curves
 
 
-def rope_score_curve(N: int, head_dim: int = 64, base: float = 10000.0, rho: float = 1.0, scale: float = 8.0):
+def rope_score_curve(
+    N: int, head_dim: int = 64, base: float = 10000.0, rho: float = 1.0, scale: float = 8.0
+) -> np.ndarray:
     """RoPE (Su et al., RoFormer eq. 15): s[n] = scale · rho · (2/d) Σ_{i<d/2} cos(n θ_i), θ_i = base^{-2i/d}.
 
     Normalisation: the mean over the d/2 frequencies, so s[0] = scale · rho and ``scale``
@@ -107,7 +110,7 @@ def rope_score_curve(N: int, head_dim: int = 64, base: float = 10000.0, rho: flo
     return _check_scale_like(scale, "scale") * rho * cosines.mean(axis=1)  # (N,)
 
 
-def sinusoidal_score_curve(N: int, head_dim: int = 64, base: float = 10000.0, scale: float = 8.0):
+def sinusoidal_score_curve(N: int, head_dim: int = 64, base: float = 10000.0, scale: float = 8.0) -> np.ndarray:
     """Sinusoidal absolute (Vaswani et al. 2017): the position–position term of q·k.
 
     With identity projections, PE(m)·PE(m−n) = Σ_i [sin(mω_i) sin((m−n)ω_i) + cos(mω_i)
@@ -123,7 +126,7 @@ def sinusoidal_score_curve(N: int, head_dim: int = 64, base: float = 10000.0, sc
 
 def xpos_score_curve(
     N: int, head_dim: int = 64, base: float = 10000.0, gamma: float = 0.4, scale_base: float = 512.0, scale: float = 8.0
-):
+) -> np.ndarray:
     """xPos (Sun et al. 2022, Eq. 9; torchscale ``xpos_relative_position.py``), Figure 1's curve.
 
     s[n] = scale · (2/d) Σ_{i<d/2} cos(n θ_i) ζ_i^{n/B}, ζ_i = (2i/d + γ)/(1 + γ), B = scale_base.
@@ -145,7 +148,7 @@ def alibi_slopes(heads: int) -> np.ndarray:
     return model_alibi_slopes(_check_int(heads, "heads", 1), torch.float64).numpy()  # (H,)
 
 
-def alibi_score_curve(N: int, heads: int = 8, slope: float | None = None, scale: float = 1.0):
+def alibi_score_curve(N: int, heads: int = 8, slope: float | None = None, scale: float = 1.0) -> np.ndarray:
     """ALiBi (Press et al. 2022): s_h[n] = −scale · m_h · n, the bias alone (content scores equal).
 
     Returns ``(H, N)`` with the standard slopes :func:`alibi_slopes` (``heads``), or
@@ -163,7 +166,7 @@ def alibi_score_curve(N: int, heads: int = 8, slope: float | None = None, scale:
     return -scale * slopes * np.arange(N)  # (H, N) or (N,)
 
 
-def nope_score_curve(N: int, scale: float = 1.0):
+def nope_score_curve(N: int, scale: float = 1.0) -> np.ndarray:
     """NoPE (Haviv et al. 2022; Kazemnejad et al. 2023): no positional term, s[n] = 0.
 
     Flat, so ``scale`` does nothing and R is 1/N² (boundary "zero") or 0 ("drop"):
@@ -176,7 +179,7 @@ def nope_score_curve(N: int, scale: float = 1.0):
     return np.zeros(N)  # (N,)
 
 
-def kerple_log_score_curve(N: int, p: float = 1.0, a: float = 1.0, scale: float = 1.0):
+def kerple_log_score_curve(N: int, p: float = 1.0, a: float = 1.0, scale: float = 1.0) -> np.ndarray:
     """KERPLE, logarithmic variant (Chi et al. 2022): s[n] = −scale · p · log(1 + a n), p, a >= 0.
 
     e^{s} = (1 + a n)^{−scale·p}, a power law: at scale · p <= 1 its tail mass grows
@@ -188,7 +191,7 @@ def kerple_log_score_curve(N: int, p: float = 1.0, a: float = 1.0, scale: float 
     return -_check_scale_like(scale, "scale") * p * np.log1p(a * np.arange(N))  # (N,)
 
 
-def kerple_power_score_curve(N: int, p: float = 0.5, a: float = 1.0, scale: float = 1.0):
+def kerple_power_score_curve(N: int, p: float = 0.5, a: float = 1.0, scale: float = 1.0) -> np.ndarray:
     """KERPLE, power variant (Chi et al. 2022): s[n] = −scale · a · n^p, 0 < p <= 2, a >= 0.
 
     p = 1 is ALiBi with one slope a; p < 1 decays slower than ALiBi far away.
@@ -220,7 +223,9 @@ def t5_buckets(N: int, num_buckets: int = 32, max_distance: int = 128) -> np.nda
     return np.where(n < exact, n, np.minimum(log_spaced, num_buckets - 1))  # (N,)
 
 
-def t5_score_curve(N: int, num_buckets: int = 32, max_distance: int = 128, bias_decay: float = 0.2, scale: float = 1.0):
+def t5_score_curve(
+    N: int, num_buckets: int = 32, max_distance: int = 128, bias_decay: float = 0.2, scale: float = 1.0
+) -> np.ndarray:
     """T5 relative bias from a monotone profile over its buckets: s[n] = −scale · bias_decay · bucket(n).
 
     T5 learns one scalar per bucket (and head); a bias falling linearly in the bucket
@@ -249,7 +254,7 @@ class Param:
     step: float
     kind: str = "float"
 
-    def check(self, name: str, value) -> None:
+    def check(self, name: str, value: object) -> None:
         number = _check_real(value, name)
         if self.kind == "int" and (isinstance(value, bool) or not isinstance(value, Integral)):
             raise ValueError(f"{name} must be an integer in [{self.low:g}, {self.high:g}], got {value!r}")
@@ -336,7 +341,7 @@ def default_params(name: str) -> dict:
     return {key: param.default for key, param in _encoding(name).params.items()}
 
 
-def score_curve(name: str, N: int, **params):
+def score_curve(name: str, N: int, **params: float) -> np.ndarray:
     """s[n] for n = 0..N-1 of encoding ``name``: ``(N,)``, or ``(H, N)`` for ALiBi's heads.
 
     Parameters missing from ``params`` take the registry defaults; each given one must
@@ -353,7 +358,9 @@ def score_curve(name: str, N: int, **params):
     return encoding.curve(N, **{**default_params(name), **params})
 
 
-def resolution_pair(name: str, L: int, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero", **params):
+def resolution_pair(
+    name: str, L: int, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero", **params: float
+) -> tuple[float, float]:
     """(R at L, R at 2L): R of the curve over distances 0..L-1 and over 0..2L-1.
 
     Every curve here depends on n alone, so the curve over 0..L-1 is the first half of
@@ -364,7 +371,9 @@ def resolution_pair(name: str, L: int, head_mode: HeadMode = "mean-scores", boun
     return curve_pair(score_curve(name, 2 * L, **params), L, head_mode, boundary)
 
 
-def curve_pair(curve, L: int, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero") -> tuple[float, float]:
+def curve_pair(
+    curve: ArrayLike | torch.Tensor, L: int, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero"
+) -> tuple[float, float]:
     """(R over distances 0..L-1, R over all of ``curve``), for a curve ``(2L,)`` or ``(H, 2L)``.
 
     The curve must hold exactly 2L distances on its last axis (as :func:`resolution_pair`
@@ -384,7 +393,9 @@ def curve_pair(curve, L: int, head_mode: HeadMode = "mean-scores", boundary: Bou
     return tuple(float(curve_resolution(curve[..., :N], head_mode, boundary)) for N in (L, curve.shape[-1]))
 
 
-def curve_resolution(curve, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero"):
+def curve_resolution(
+    curve: np.ndarray | torch.Tensor, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero"
+) -> np.ndarray | torch.Tensor:
     """R of one design-time curve ``(N,)``, or of per-head curves ``(H, N)`` under ``head_mode``."""
     if curve.ndim == 2:
         return layer_resolution(curve, head_mode, boundary)

@@ -1,8 +1,8 @@
 """Notebook 05's figures: predictors against outcomes, one point per configuration of the family.
 
 Spearman's ρ sees only ranks, so its picture is ranks against ranks (:func:`rank_rank_figure`, labels
-placed so none overlaps); :func:`family_scatter` shows the values on log axes with their seed ranges, and
-:func:`copy_curve_figure` the copy probe's gain against the gap.
+placed so none overlaps, the legend where it covers the fewest points), and :func:`copy_curve_figure` the
+copy probe's gain against the gap.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def place_labels(
     taken = [(x - r, y - r, x + r, y + r) for x, y in points]
     offsets = [(4, 3), (4, -12), (-4, 3), (-4, -12), (4, 10), (4, -20), (-4, 10), (-4, -20), (0, 16), (0, -26)]
 
-    def overlap(a, b):
+    def overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
         return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
 
     texts = []
@@ -90,13 +90,14 @@ def place_labels(
     return texts
 
 
-def _family_legend(ax, points, loc="upper left"):
+def _family_legend(ax: Axes, points: list[Point]) -> None:
+    """Colour by family, hollow for BCA; matplotlib places it where it covers the fewest plotted points."""
     from matplotlib.lines import Line2D
 
     families = [f for f in FAMILY_COLOURS if any(p.family == f for p in points)]
     handles = [Line2D([], [], marker="o", linestyle="", color=FAMILY_COLOURS[f], label=f) for f in families]
     handles.append(Line2D([], [], marker="o", linestyle="", color="gray", mfc="white", label="with BCA (+B)"))
-    ax.legend(handles=handles, loc=loc, fontsize=MIN_FONT, framealpha=0.9)
+    ax.legend(handles=handles, loc="best", fontsize=MIN_FONT, framealpha=0.9)
 
 
 def rank_rank_figure(points: list[Point], predictor: str, outcome: str, title: str = "") -> Figure:
@@ -121,44 +122,10 @@ def rank_rank_figure(points: list[Point], predictor: str, outcome: str, title: s
     )
     fig.canvas.draw()
     place_labels(ax, list(zip(rx, ry)), [short_label(p) for p in points], colours)
-    _family_legend(ax, points, loc="upper right")
+    _family_legend(ax, points)
     ax.set_title(title or f"Spearman ρ = {spearman(x, y):+.2f} over n = {n} configurations", fontsize=10)
     fig.tight_layout()
     return fig
-
-
-def family_scatter(points: list[Point], predictor: str, outcome: str, ax: Axes | None = None) -> Axes:
-    """Seed means of ``outcome`` (log scale) against ``predictor`` (log scale), one point per
-    configuration with its seed range as error bars; colour: family, hollow: with BCA."""
-    from matplotlib.ticker import FuncFormatter
-
-    from .analysis import column
-
-    ax = plt.gca() if ax is None else ax
-    column(points, predictor), column(points, outcome)  # clear errors for missing columns
-    for p in points:
-        colour = FAMILY_COLOURS.get(p.family, "C7")
-        ys = list(p.per_seed.get(outcome, {}).values()) or [p.values[outcome]]
-        xs = list(p.per_seed.get(predictor, {}).values()) or [p.values[predictor]]
-        x, y = p.values[predictor], p.values[outcome]
-        ax.errorbar(
-            x,
-            y,
-            xerr=[[x - min(xs)], [max(xs) - x]],
-            yerr=[[y - min(ys)], [max(ys) - y]],
-            fmt="o",
-            ms=5,
-            color=colour,
-            mfc="white" if p.bca else colour,
-            elinewidth=0.7,
-        )
-    ax.set(xscale="log", yscale="log", xlabel=f"{predictor} (log scale)", ylabel=f"{outcome} (log scale)")
-    plain = FuncFormatter(lambda value, _: f"{value:g}")
-    ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(plain)
-    ax.axhline(1.0, color="gray", lw=0.7, ls=":")
-    _family_legend(ax, points)
-    return ax
 
 
 def copy_curve_figure(curves: dict, points_meta: dict, train_len: int, bca: bool = False) -> Figure:

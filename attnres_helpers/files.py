@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 
-def atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Call write(tmp_path), fsync, then os.replace onto `path`; on any failure no partial file remains.
 
     The temporary ``.<name>.tmp-<pid>`` is created here first, so a folder that cannot be written fails at
@@ -125,7 +126,7 @@ def verify_sha256sums(root: Path, fix: str) -> None:
 
 
 @contextmanager
-def exclusive(path: Path):
+def exclusive(path: Path) -> Iterator[None]:
     """Hold ``<path>.lock`` (holding this process's PID) while writing ``path``: a second writer gets an
     error naming the process that holds it; a lock left by a dead process is recognised and taken over.
     On entry, temporary files that dead processes left beside ``path`` (atomic_write's, and the lock's own)

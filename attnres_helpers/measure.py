@@ -12,6 +12,8 @@ and boundary, and perplexity before and past L, are queries over them
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.nn.functional as F
 
@@ -20,7 +22,7 @@ from .metric import ScoreAccumulator
 from .store import Profile
 
 
-def attention_scores(model, tokens: torch.Tensor, bca: bool = False) -> list[torch.Tensor]:
+def attention_scores(model: torch.nn.Module, tokens: torch.Tensor, bca: bool = False) -> list[torch.Tensor]:
     """Every layer's pre-softmax scores for ``tokens (B, T)``: a list of ``(B, H, T, T)``.
 
     Scores are q·kᵀ/√d plus any additive bias (ALiBi), with masked pairs at -inf.
@@ -35,7 +37,7 @@ def attention_scores(model, tokens: torch.Tensor, bca: bool = False) -> list[tor
 
 
 @torch.no_grad()
-def measure_windows(model, windows: torch.Tensor, bca: bool = False, batch_size: int = 8) -> dict:
+def measure_windows(model: torch.nn.Module, windows: torch.Tensor, bca: bool = False, batch_size: int = 8) -> dict:
     """Run held-out ``windows (n, T+1)`` through the model.
 
     Returns ``s_hat (layers, H, T)`` (ŝ averaged over every window), ``key0 (layers, H, T)`` (the
@@ -63,7 +65,13 @@ def measure_windows(model, windows: torch.Tensor, bca: bool = False, batch_size:
 
 
 def measure_model(
-    model, val_tokens: torch.Tensor, run: str, meta: dict, multiples=(1, 2, 4), n_windows: int = 32, batch_size: int = 8
+    model: torch.nn.Module,
+    val_tokens: torch.Tensor,
+    run: str,
+    meta: dict,
+    multiples: Iterable[int] = (1, 2, 4),
+    n_windows: int = 32,
+    batch_size: int = 8,
 ) -> list[Profile]:
     """Profiles (ŝ and per-position NLL) at eval_len = k·L for k in ``multiples``, without and
     (relative encodings) with BCA. Every eval length uses its own windows, and within one length

@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
+from numpy.typing import ArrayLike
 
 BOUNDARIES = ("zero", "drop")
 HEAD_MODES = ("mean-scores", "mean-R")
@@ -66,7 +67,7 @@ def _check_scores(s: torch.Tensor, what: str = "scores") -> None:
         raise ValueError(f"{what} have a profile that is -inf at every distance (nothing to attend to)")
 
 
-def resolution(s, boundary: Boundary = "zero"):
+def resolution(s: ArrayLike | torch.Tensor, boundary: Boundary = "zero") -> np.ndarray | torch.Tensor:
     """Attention resolution R(s) of Eq. 3 over the last axis: ``(..., N) -> (...)``.
 
     ``R = Σ_i p_i (p_i − p_{i+1})`` with ``p = softmax(s)``; ``boundary`` is ``"zero"``
@@ -108,7 +109,7 @@ def _diagonal_sums(logits: torch.Tensor):
     sums = torch.empty(matrices.shape[0], T, dtype=acc_dtype, device=logits.device)
     counts = torch.arange(T, 0, -1, dtype=acc_dtype, device=logits.device).repeat(matrices.shape[0], 1)
 
-    def by_diagonal(b):  # (c, T-1+T*T) buffer: T-1 zeros, then a lower triangle -> (c, T)
+    def by_diagonal(b: torch.Tensor) -> torch.Tensor:  # (c, T-1+T*T) buffer: T-1 zeros, then a lower triangle -> (c, T)
         view = b.as_strided((b.shape[0], T, T), (b.shape[1], T + 1, 1))  # (c, i, m)
         return view.sum(-2).flip(-1)  # m = T-1-n, flipped to n
 
@@ -175,7 +176,7 @@ def _checked_diagonal_sums(logits: torch.Tensor):
     return sums, counts
 
 
-def expected_scores(logits):
+def expected_scores(logits: ArrayLike | torch.Tensor) -> np.ndarray | torch.Tensor:
     """The §4.3 estimator ŝ[n] = 1/(N−n) Σ_{i=n}^{N−1} e_{i(i−n)}: ``(..., T, T) -> (..., T)``.
 
     The mean of the n-th causal sub-diagonal of pre-softmax scores laid out
@@ -192,7 +193,7 @@ def expected_scores(logits):
     return _back(_mean_from(sums, counts).to(torch.promote_types(t.dtype, torch.float32)), was_numpy)
 
 
-def diagonal_counts(T: int, block: int | None = None, device=None) -> torch.Tensor:
+def diagonal_counts(T: int, block: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
     """How many (query, key) pairs a window of ``T`` tokens has at each distance n, ``(T,)`` float64.
 
     Full causal mask (``block`` None): T − n. Blockwise causal attention with blocks of ``block``
@@ -269,7 +270,9 @@ def expected_scores_fft(
     return torch.where(counts > 0, mean, torch.full_like(mean, float("-inf")))
 
 
-def sink_free_scores(s_hat, key0, counts):
+def sink_free_scores(
+    s_hat: ArrayLike | torch.Tensor, key0: ArrayLike | torch.Tensor, counts: ArrayLike | torch.Tensor
+) -> np.ndarray | torch.Tensor:
     """ŝ without the first-token sink: the n-th sub-diagonal's mean without its entry (n, 0).
 
     ``s_hat (..., T)`` (Eq. 11), ``key0 (..., T)``: the mean score of query i on key 0 (-inf where
@@ -308,7 +311,7 @@ class ScoreAccumulator:
         self._counts = None
         self._was_numpy = False
 
-    def update(self, logits) -> None:
+    def update(self, logits: ArrayLike | torch.Tensor) -> None:
         t, self._was_numpy = _as_tensor(logits)
         _check_logits(t)
         if t.ndim < 3:
@@ -332,7 +335,7 @@ class ScoreAccumulator:
         """How many query rows have been seen at distance 0 (texts × T)."""
         return 0.0 if self._counts is None else float(self._counts[..., 0].flatten()[0])
 
-    def mean(self):
+    def mean(self) -> np.ndarray | torch.Tensor:
         if self._sums is None:
             raise ValueError("no logits seen yet: call update() first")
         if _overflowed(self._sums, self._counts):
@@ -357,7 +360,9 @@ def mean_over_heads(t: torch.Tensor) -> torch.Tensor:
     return torch.where(counts > 0, mean, torch.full_like(mean, float("-inf")))
 
 
-def layer_resolution(s_hat, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero"):
+def layer_resolution(
+    s_hat: ArrayLike | torch.Tensor, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero"
+) -> np.ndarray | torch.Tensor:
     """R of one layer from per-head ŝ: ``(..., H, N) -> (...)``.
 
     ``"mean-scores"`` averages ŝ over heads, then takes R; ``"mean-R"`` takes R per head,
@@ -387,7 +392,9 @@ def layer_resolution(s_hat, head_mode: HeadMode = "mean-scores", boundary: Bound
     return _back(out, was_numpy)
 
 
-def average_resolution(s_hat_layers, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero"):
+def average_resolution(
+    s_hat_layers: ArrayLike | torch.Tensor, head_mode: HeadMode = "mean-scores", boundary: Boundary = "zero"
+) -> np.ndarray | torch.Tensor:
     """Mean over layers of :func:`layer_resolution`: ``(layers, H, N) -> scalar``, as in Table 3."""
     t, was_numpy = _as_tensor(s_hat_layers)
     if t.ndim != 3:

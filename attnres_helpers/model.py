@@ -233,7 +233,7 @@ class PositionInfo:
             q_scale = k_scale = torch.ones_like(angle)
         return angle.cos(), angle.sin(), q_scale, k_scale
 
-    def sdpa_mask(self, bias: torch.Tensor | None = None):
+    def sdpa_mask(self, bias: torch.Tensor | None = None) -> torch.Tensor | None:
         """What F.scaled_dot_product_attention needs: None (plain causal) or a float/bool mask;
         ``bias`` (H, T, T) is a layer's learned bias, used in place of the fixed one."""
         bias = self.bias if bias is None else bias
@@ -244,7 +244,7 @@ class PositionInfo:
         return bias.masked_fill(~self.allowed, float("-inf"))  # (H, T, T)
 
 
-def apply_rotary(x: torch.Tensor, cos, sin, scale) -> torch.Tensor:
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Rotate the pairs (x_i, x_{i+d/2}) by the position angle and scale them (x: (B, H, T, d))."""
     x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, d/2) each
     c, s = cos * scale, sin * scale  # (T, d/2)
@@ -272,7 +272,9 @@ class CausalSelfAttention(nn.Module):
             return -p * torch.log1p(a * pos.distance.float())  # (H, T, T)
         return None
 
-    def forward(self, x: torch.Tensor, pos: PositionInfo, capture: bool = False):
+    def forward(
+        self, x: torch.Tensor, pos: PositionInfo, capture: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
@@ -305,7 +307,9 @@ class Block(nn.Module):
             nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model)
         )
 
-    def forward(self, x, pos: PositionInfo, capture: bool = False):
+    def forward(
+        self, x: torch.Tensor, pos: PositionInfo, capture: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         a, scores = self.attn(self.ln_1(x), pos, capture)
         x = x + a
         return x + self.mlp(self.ln_2(x)), scores
@@ -352,7 +356,9 @@ class Transformer(nn.Module):
         logits = self.ln_f(x) @ self.wte.weight.T  # (B, T, vocab), tied embeddings
         return logits, all_scores
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, bca: bool = False):
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, bca: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits (B, T, V), mean cross-entropy or None)."""
         logits, _ = self._run(idx, bca, capture=False)
         loss = None
@@ -361,6 +367,6 @@ class Transformer(nn.Module):
         return logits, loss
 
     @torch.no_grad()
-    def forward_with_scores(self, idx: torch.Tensor, bca: bool = False):
+    def forward_with_scores(self, idx: torch.Tensor, bca: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """(logits (B, T, V), [pre-softmax scores (B, H, T, T) for each layer])."""
         return self._run(idx, bca, capture=True)

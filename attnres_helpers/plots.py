@@ -51,7 +51,7 @@ def save_png_atomic(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
     a tracked figure that a notebook rewrites leaves ``git status`` clean."""
     path = Path(path)
 
-    def write(tmp):
+    def write(tmp: Path) -> None:
         with matplotlib.rc_context(SAVE_RC):
             fig.savefig(tmp, format="png", dpi=dpi, facecolor="white", edgecolor="white", metadata={"Software": None})
 

@@ -20,6 +20,7 @@ of the held-out split, drawn by ``numpy.random.default_rng(0)``; every gap uses 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,7 +83,9 @@ def copy_probes(
 
 
 @torch.no_grad()
-def span_nll(model, windows: torch.Tensor, span: int, bca: bool = False, batch_size: int = 64) -> torch.Tensor:
+def span_nll(
+    model: torch.nn.Module, windows: torch.Tensor, span: int, bca: bool = False, batch_size: int = 64
+) -> torch.Tensor:
     """Mean NLL (nats a token) of the last ``span`` tokens of each window ``(n, T)``: ``(n,)`` float64.
     The model reads window[:, :-1] and predicts window[:, 1:] (``model(idx, bca=bca) -> (logits, _)``)."""
     model.eval()
@@ -115,7 +118,7 @@ class CopyCurve:
         return float(self.gains()[self.gaps.index(gap)].mean())
 
 
-def copy_curve(model, probes: CopyProbes, gaps, bca: bool = False) -> CopyCurve:
+def copy_curve(model: torch.nn.Module, probes: CopyProbes, gaps: Sequence[int], bca: bool = False) -> CopyCurve:
     """The copy probe at every gap (the same probes at each)."""
     span = probes.spans.shape[1]
     copy, control = [], []

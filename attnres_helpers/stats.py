@@ -22,8 +22,10 @@ analysis of notebook 05 itself lives in :mod:`attnres_helpers.analysis`.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import rankdata, spearmanr
 
 from .encodings import resolution_pair
@@ -38,14 +40,14 @@ DESIGN_NAMES = {"t5": "nope", "kerple": "kerple-log"}
 # --------------------------------------------------------------------------- Spearman's ρ
 
 
-def average_ranks(x) -> np.ndarray:
+def average_ranks(x: ArrayLike) -> np.ndarray:
     """1-based ranks along the last axis, tied values sharing the mean of the ranks they span
     (``scipy.stats.rankdata``, method "average"): rank_i = #{j : x_j < x_i} + (#{j : x_j = x_i} + 1) / 2.
     E.g. [10, 20, 20, 5] -> [2, 3.5, 3.5, 1]."""
     return rankdata(np.asarray(x, dtype=np.float64), axis=-1)
 
 
-def spearman(x, y) -> float:
+def spearman(x: ArrayLike, y: ArrayLike) -> float:
     """Spearman's rank correlation ρ of two samples (Spearman 1904).
 
     ρ = Σ (r_i − r̄)(q_i − q̄) / √(Σ (r_i − r̄)² Σ (q_i − q̄)²), with r, q the average ranks of x
@@ -151,12 +153,12 @@ def _weighted_rank_correlation(x: np.ndarray, y: np.ndarray, counts: np.ndarray)
     m = counts.astype(np.float64)
     total = m.sum(axis=1, keepdims=True)  # (B, 1)
 
-    def ranks(v):
+    def ranks(v: np.ndarray) -> np.ndarray:
         below = (v[None, :] < v[:, None]).astype(np.float64)  # (n, n): [v_j < v_i] at [i, j]
         tied = (v[None, :] == v[:, None]).astype(np.float64)
         return m @ below.T + (m @ tied.T + 1) / 2  # (B, n)
 
-    def centred(r):
+    def centred(r: np.ndarray) -> np.ndarray:
         return r - (m * r).sum(axis=1, keepdims=True) / total
 
     rx, ry = centred(ranks(x)), centred(ranks(y))
@@ -189,7 +191,13 @@ def _cluster_index(x, clusters) -> tuple[np.ndarray, int]:
     return index, k
 
 
-def cluster_bootstrap_spearmans(xs, y, clusters, n_resamples: int = 10000, rng=0) -> np.ndarray:
+def cluster_bootstrap_spearmans(
+    xs: Iterable[ArrayLike],
+    y: ArrayLike,
+    clusters: ArrayLike,
+    n_resamples: int = 10000,
+    rng: int | np.random.Generator | None = 0,
+) -> np.ndarray:
     """Spearman's ρ of each predictor in ``xs`` with y on the *same* cluster-bootstrap resamples:
     ``(n_resamples, len(xs))``, NaN where a resample leaves x or y constant.
 
@@ -216,7 +224,9 @@ def cluster_bootstrap_spearmans(xs, y, clusters, n_resamples: int = 10000, rng=0
     return rhos
 
 
-def percentile_interval(replicates, confidence_level: float = 0.95, what: str = "Spearman's ρ") -> tuple[float, float]:
+def percentile_interval(
+    replicates: ArrayLike, confidence_level: float = 0.95, what: str = "Spearman's ρ"
+) -> tuple[float, float]:
     """The 100·(1 − c)/2 and 100·(1 + c)/2 percentiles of the defined (non-NaN) replicates; a
     ValueError if more than half are undefined."""
     replicates = np.asarray(replicates, dtype=np.float64)
@@ -231,7 +241,12 @@ def percentile_interval(replicates, confidence_level: float = 0.95, what: str = 
 
 
 def spearman_cluster_bootstrap(
-    x, y, clusters, n_resamples: int = 10000, confidence_level: float = 0.95, rng=0
+    x: ArrayLike,
+    y: ArrayLike,
+    clusters: ArrayLike,
+    n_resamples: int = 10000,
+    confidence_level: float = 0.95,
+    rng: int | np.random.Generator | None = 0,
 ) -> tuple[float, float, float]:
     """Spearman's ρ of x and y (:func:`spearman`) and a cluster-bootstrap percentile interval:
     ``(rho, low, high)``.
@@ -248,7 +263,13 @@ def spearman_cluster_bootstrap(
     return (rho, *percentile_interval(rhos, confidence_level))
 
 
-def spearman_permutation_test(x, y, n_resamples: int = 10000, rng=0, strata=None) -> tuple[float, float]:
+def spearman_permutation_test(
+    x: ArrayLike,
+    y: ArrayLike,
+    n_resamples: int = 10000,
+    rng: int | np.random.Generator | None = 0,
+    strata: ArrayLike | None = None,
+) -> tuple[float, float]:
     """Spearman's ρ of x and y and a two-sided permutation p-value: ``(rho, p_value)``.
 
     Each of the ``n_resamples`` resamples permutes y (independently of x) and computes ρ_b; with
@@ -286,7 +307,7 @@ def _strata(labels, n: int) -> list[np.ndarray]:
     return [np.flatnonzero(labels == value) for value in np.unique(labels)]
 
 
-def partial_spearman(x, y, z) -> float:
+def partial_spearman(x: ArrayLike, y: ArrayLike, z: ArrayLike) -> float:
     """Partial rank correlation of x and y given z.
 
     x, y, z are replaced by their average ranks; with r_xy, r_xz, r_yz the Pearson correlations of
@@ -307,7 +328,7 @@ def partial_spearman(x, y, z) -> float:
     return float(np.clip((r_xy - r_xz * r_yz) / math.sqrt(denominator), -1.0, 1.0))
 
 
-def group_mean_baseline(outcome, groups) -> np.ndarray:
+def group_mean_baseline(outcome: ArrayLike, groups: ArrayLike) -> np.ndarray:
     """The family-mean baseline: b_i = mean{y_j : g_j = g_i}, the in-sample mean of the outcome over
     the points that share i's group label (i itself included), returned per point, shape (n,)."""
     y = np.asarray(outcome, dtype=np.float64)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection, Container
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,14 +148,14 @@ class Profile:
         return sink_free_scores(self.s_hat.double(), self.key0.double(), diagonal_counts(self.eval_len, self.block))
 
 
-def average_heads(profiles: list[Profile], lengths=None) -> list[Profile]:
+def average_heads(profiles: list[Profile], lengths: Container[int] | None = None) -> list[Profile]:
     """The profiles with ŝ and key0 averaged over heads at every eval length in ``lengths`` (None: all),
     as mean-scores R averages them (:func:`metric.mean_over_heads`): one "head" of shape (layers, 1, T),
     and the run metadata's ``heads_averaged`` listing those lengths. Mean-scores R is unchanged; mean-R
     is no longer recorded for them. A store of many runs or long lengths keeps to its size this way."""
     averaged = sorted({p.eval_len for p in profiles if lengths is None or p.eval_len in lengths})
 
-    def mean(t):
+    def mean(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else mean_over_heads(t.double()).float()[:, None, :]
 
     return [
@@ -331,7 +332,7 @@ def perplexities(nll: torch.Tensor, train_len: int) -> dict:
     if isinstance(train_len, bool) or not isinstance(train_len, int) or train_len < 1:
         raise ValueError(f"train_len must be a positive integer, got {train_len!r}")
 
-    def ppl(span):
+    def ppl(span: torch.Tensor) -> float | None:
         if not span.numel():
             return None
         mean = float(span.mean())
@@ -357,7 +358,7 @@ def copy_gains(curve: CopyCurve | None, train_len: int) -> dict:
 def records(
     profiles: list[Profile],
     boundary: Boundary = "zero",
-    head_modes=HEAD_MODES,
+    head_modes: Collection[str] = HEAD_MODES,
     temperature: float = 1.0,
     curves: dict[tuple[str, bool], CopyCurve] | None = None,
 ) -> list[dict]:

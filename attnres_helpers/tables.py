@@ -255,7 +255,7 @@ def scores_profile(
     no NLL, so zeros), so that R of it is the store's query, :meth:`Profile.layer_resolutions`, the one
     place R is computed from ŝ. numpy input is taken as float64, torch input as it is."""
 
-    def tensor(x):
+    def tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
         return x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x, dtype=np.float64))
 
     s, k0 = tensor(s_hat), None if key0 is None else tensor(key0)
@@ -511,7 +511,7 @@ def format_table(rows: list[dict], columns: list[str], digits: int | dict = 3) -
     cells = _cells(rows, columns, digits)
     widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns)]
 
-    def line(items):
+    def line(items: list[str]) -> str:
         return "  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(items, widths))).rstrip()
 
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(c) for c in cells])
@@ -576,7 +576,7 @@ def record_mismatches(measured: list[dict], shipped: list[dict], tol: float = 1e
     """Where two lists of records differ: keys present in one only, or a value off by more than
     ``tol`` (relative or absolute), R without the sink included. An empty list means they agree."""
 
-    def by_key(records, name):
+    def by_key(records: list[dict], name: str) -> dict[tuple, dict]:
         keyed = {}
         for r in records:
             key = tuple(r[k] for k in RECORD_KEYS)

@@ -166,7 +166,7 @@ def train(
     device: str = "cpu",
     progress: bool = True,
     weight_decay: float = 0.1,
-):
+) -> tuple[torch.nn.Module, dict]:
     """Train `cfg` for `steps` steps of `batch_tokens` tokens (batch_tokens/train_len windows of train_len).
 
     Writes checkpoints every `checkpoint_every` steps (0: never) and the shipped fp16 model at the end.

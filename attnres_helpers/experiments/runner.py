@@ -30,6 +30,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import ExitStack, closing, contextmanager
 from datetime import timedelta
@@ -437,8 +438,8 @@ def _process_group():
 def reproduce(
     root: Path = CHECKPOINTS,
     store: Path = STORE,
-    encodings=ENCODINGS,
-    seeds=SEEDS,
+    encodings: Iterable[str] = ENCODINGS,
+    seeds: Collection[int] = SEEDS,
     device: str = "cpu",
     jobs: int = 2,
     progress: bool = True,
@@ -451,7 +452,11 @@ def reproduce(
 
 
 def measure_checkpoints(
-    root: Path = CHECKPOINTS, encodings=ENCODINGS, seeds=SEEDS, progress: bool = True, **measure
+    root: Path = CHECKPOINTS,
+    encodings: Iterable[str] = ENCODINGS,
+    seeds: Collection[int] = SEEDS,
+    progress: bool = True,
+    **measure,
 ) -> list[Profile]:
     """Profiles of every shipped checkpoint under ``root``, after verifying SHA256SUMS (nothing trains)."""
     verify_checkpoints(root)
@@ -560,7 +565,9 @@ def load_results(path: Path = STORE, boundary: str = "zero") -> list[dict]:
     return records(load_profiles(path)[0], boundary, curves=load_curves(path) or None)
 
 
-def ship_hf_checkpoints(runs_root: Path | None = None, root: Path | None = None, runs=None) -> None:
+def ship_hf_checkpoints(
+    runs_root: Path | None = None, root: Path | None = None, runs: Iterable[str] | None = None
+) -> None:
     """Copy the shipped HF runs' config.json and fp16 model into ``root`` and write its SHA256SUMS."""
     from ..paths import HF_CHECKPOINTS
     from .specs import HF_RUNS, HF_SHIPPED

@@ -10,14 +10,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..model import ModelConfig, preset
 from ..paths import CHECKPOINTS, DATA, FAMILY_COMMAND, FAMILY_V2_COMMAND, HF_COMMAND, REPRODUCE_COMMAND, RUNS
 from ..train import training_settings
+
+if TYPE_CHECKING:
+    from ..hf import HFConfig
 
 STORE = DATA / "results" / "default.safetensors"
 
@@ -35,7 +40,7 @@ def model_config(encoding: str, **overrides) -> ModelConfig:
     return preset("default", encoding=encoding, **{**MODEL, **overrides})
 
 
-def run_meta(cfg, seed: int, training: dict, **extra) -> dict:
+def run_meta(cfg: ModelConfig | HFConfig, seed: int, training: dict, **extra) -> dict:
     """A run's metadata, stored beside its profiles: encoding, seed, train_len, the model config, the
     training settings as config.json records them, and any extra keys (a family label, the device...)."""
     return {
@@ -93,8 +98,8 @@ class Dataset:
 def default_dataset(
     root: Path = CHECKPOINTS,
     store: Path = STORE,
-    encodings=ENCODINGS,
-    seeds=SEEDS,
+    encodings: Iterable[str] = ENCODINGS,
+    seeds: Collection[int] = SEEDS,
     model: dict | None = None,
     training: dict | None = None,
     measure: dict | None = None,
@@ -129,7 +134,7 @@ FAMILY_STORE = DATA / "results" / "family.safetensors"
 
 
 def family_specs(
-    seeds=SEEDS,
+    seeds: Iterable[int] = SEEDS,
     runs_root: Path = FAMILY_RUNS,
     device: str = "cpu",
     family: dict = FAMILY,
@@ -154,7 +159,7 @@ def family_specs(
 
 
 def family_dataset(
-    store: Path = FAMILY_STORE, seeds=SEEDS, device: str = "cpu", runs_root: Path = FAMILY_RUNS
+    store: Path = FAMILY_STORE, seeds: Iterable[int] = SEEDS, device: str = "cpu", runs_root: Path = FAMILY_RUNS
 ) -> Dataset:
     """The family v1 as a Dataset (63 models × 6 profiles, stored as int16 head means, as the v2 family)."""
     about = {
@@ -190,7 +195,9 @@ def extra_seed_settings(family: dict = FAMILY_V2) -> list[str]:
     return [label for label in family if label.startswith(("rope base", "xpos B")) and "gamma" not in label]
 
 
-def family_v2_specs(seeds=SEEDS, runs_root: Path = FAMILY_V2_RUNS, device: str = "cpu") -> list[RunSpec]:
+def family_v2_specs(
+    seeds: Iterable[int] = SEEDS, runs_root: Path = FAMILY_V2_RUNS, device: str = "cpu"
+) -> list[RunSpec]:
     """The v2 family seed by seed; within a seed, the five SHIPPED_AS settings first."""
     specs = family_specs(seeds, runs_root, device, FAMILY_V2, TRAINING, probe=True)
     return sorted(specs, key=lambda s: (s.seed, s.extra["config"] not in SHIPPED_AS))  # stable: FAMILY_V2 order
@@ -198,7 +205,7 @@ def family_v2_specs(seeds=SEEDS, runs_root: Path = FAMILY_V2_RUNS, device: str =
 
 def family_v2_dataset(
     store: Path = FAMILY_V2_STORE,
-    seeds=SEEDS,
+    seeds: Iterable[int] = SEEDS,
     device: str = "cpu",
     runs_root: Path = FAMILY_V2_RUNS,
     extra_seeds: bool = False,
@@ -232,7 +239,9 @@ HF_SHIPPED = ("hf-llama-s0", "hf-bloom-s0")
 HF_TRAINED = ("llama", "bloom", "gpt2")
 
 
-def hf_dataset(store: Path = HF_STORE, seeds=SEEDS, device: str = "cpu", runs_root: Path = HF_RUNS) -> Dataset:
+def hf_dataset(
+    store: Path = HF_STORE, seeds: Iterable[int] = SEEDS, device: str = "cpu", runs_root: Path = HF_RUNS
+) -> Dataset:
     """The Hugging Face architectures × seeds as a Dataset, seed by seed."""
     from ..hf import HFConfig
 

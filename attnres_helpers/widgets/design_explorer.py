@@ -146,7 +146,7 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
     def show_error(exc: Exception | None) -> None:
         error.value, error.layout.display = ("", "none") if exc is None else (error_html(exc), None)
 
-    def draw(request) -> None:
+    def draw(request: tuple[SingleFigure, dict] | tuple[CompareFigure, list[dict]]) -> None:
         figure, states = request
         try:
             plot.value = figure.render(states)
@@ -156,17 +156,17 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
 
     drawer = LatestWins(draw)
 
-    def show_head_convention(states):
+    def show_head_convention(states: list[dict]) -> None:
         multi = any(s["multi_head"] for s in states)
         head_mode.disabled = not multi
         head_note.value = "" if multi else f"<i>{html.escape(HEAD_NOTE)}</i>"
 
-    def show_notes(note_lines, warning_lines):
+    def show_notes(note_lines: list[str], warning_lines: list[str]) -> None:
         notes.value = lines_html(note_lines, "font-style:italic")
         warning.value = lines_html(warning_lines, "color:#a40000; font-weight:bold")
         warning.layout.display = None if warning_lines else "none"
 
-    def sync_bounds():
+    def sync_bounds() -> None:
         """Integer sliders whose low end depends on another slider (T5's max_distance) follow it."""
         params = {k: s.value for k, s in sliders.items()}
         holding.append(True)
@@ -178,7 +178,7 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         finally:
             holding.pop()
 
-    def update(_=None, at_once=False):
+    def update(_: dict | None = None, at_once: bool = False) -> None:
         if holding:
             return
         length_box.value = length.value  # a refused value typed in the box gives way to the L shown
@@ -214,16 +214,16 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         show_error(None)
         drawer.now(request) if at_once else drawer.request(request)
 
-    def box_to_slider(change):
+    def box_to_slider(change: dict) -> None:
         try:
             length.value = check_explorer_length(change["new"])
         except ValueError as exc:
             show_error(exc)
 
-    def slider_to_box(change):
+    def slider_to_box(change: dict) -> None:
         length_box.value = change["new"]
 
-    def rebuild_sliders(_=None, at_once=False):
+    def rebuild_sliders(_: dict | None = None, at_once: bool = False) -> None:
         for slider in sliders.values():
             slider.close()
         sliders.clear()
@@ -239,7 +239,7 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         summary.value = f"<i>{html.escape(DESIGN_CURVES[encoding.value].summary)}</i>"
         update(at_once=at_once)
 
-    def reset_to_defaults(_=None):
+    def reset_to_defaults(_: widgets.Button | None = None) -> None:
         holding.append(True)
         try:
             for key, param in DESIGN_CURVES[encoding.value].params.items():
@@ -249,7 +249,7 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
             holding.pop()
         update()
 
-    def switch_mode(_=None):
+    def switch_mode(_: dict | None = None) -> None:
         single = mode.value == "single"
         for box in (encoding, summary, params_box):
             box.layout.display = None if single else "none"

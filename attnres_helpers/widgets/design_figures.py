@@ -27,7 +27,7 @@ def distance_ticks(L: int, marked: bool = True) -> tuple[list[float], list[str]]
     return [v / L for v in n], labels
 
 
-def symlog_label(value: float, _pos=None) -> str:
+def symlog_label(value: float, _pos: int | None = None) -> str:
     """Tick labels of the compare plot's symlog axis: 0, −1, −10, −100, −1000 (a true minus sign)."""
     if value == 0:
         return "0"

@@ -30,7 +30,7 @@ def _text_strip(text: str, width_px: int) -> PILImage.Image:
     return PILImage.open(io.BytesIO(png_bytes(fig)))
 
 
-def default_picture(which: str = "explorer", store_path=None) -> bytes:
+def default_picture(which: str = "explorer", store_path: str | Path | None = None) -> bytes:
     """A PNG of one explorer in its default state: the readout's text above the plot the widget shows.
 
     ``which`` is ``"explorer"`` (notebook 02: RoPE, L = 1024) or ``"trained"`` (notebook 04:
@@ -61,7 +61,7 @@ def default_picture(which: str = "explorer", store_path=None) -> bytes:
     return buffer.getvalue()
 
 
-def save_default_image(path, which: str = "explorer", store_path=None) -> Path:
+def save_default_image(path: str | Path, which: str = "explorer", store_path: str | Path | None = None) -> Path:
     """Write :func:`default_picture` to ``path`` atomically (the notebooks' static fallback)."""
     data = default_picture(which, store_path)
     path = Path(path)

@@ -120,7 +120,7 @@ def region(x0: float, y0: float, x1: float, y1: float) -> Bbox:
     return Bbox.from_extents(x0, y0, x1, y1)
 
 
-def min_max_decimate(x: np.ndarray, y: np.ndarray, buckets: int = 400):
+def min_max_decimate(x: np.ndarray, y: np.ndarray, buckets: int = 400) -> tuple[np.ndarray, np.ndarray]:
     """Fewer points that draw the same picture: ``x (N,)``, ``y (..., N) -> (..., M), (..., M)``.
 
     Cuts the distances into ``buckets`` runs of k points and keeps each run's minimum
@@ -157,7 +157,7 @@ class LatestWins:
         self.draw, self.delay_s = draw, delay_s
         self.pending, self.timer, self.drawn = None, None, 0
 
-    def request(self, request) -> None:
+    def request(self, request: object) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -168,7 +168,7 @@ class LatestWins:
             self.timer.cancel()
         self.timer = loop.call_later(self.delay_s, self._fire)
 
-    def now(self, request) -> None:
+    def now(self, request: object) -> None:
         """Draw ``request`` at once, dropping any pending one."""
         if self.timer is not None:
             self.timer.cancel()
@@ -189,7 +189,7 @@ class LatestWins:
         self.draw(request)
 
 
-def find_by_class(widget, css_class: str):
+def find_by_class(widget: widgets.Widget, css_class: str) -> widgets.Widget | None:
     """The first widget in the tree under ``widget`` that carries ``css_class`` (None if none does)."""
     if css_class in getattr(widget, "_dom_classes", ()):
         return widget

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import html
+from pathlib import Path
 
 import ipywidgets as widgets
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from ..metric import BOUNDARIES, HEAD_MODES, mean_over_heads
 from ..paths import data_path
@@ -38,7 +40,7 @@ def setting_of(meta: dict) -> str:
     return meta.get("config", meta["encoding"])
 
 
-def trained_catalogue(store_path=None) -> dict:
+def trained_catalogue(store_path: str | Path | None = None) -> dict:
     """The stored measurements indexed for the trained explorer: no model is loaded.
 
     Returns ``{"path", "index": {(setting, seed, eval_len, bca): Profile}, "encodings",
@@ -135,13 +137,13 @@ def _curves(profile, layers: list[int], head) -> tuple[np.ndarray, np.ndarray]:
 DRAWN_LOG_PERPLEXITY_MAX = 690.0  # e^690 ~ 1e299: the axis limits (x 1.1) stay finite
 
 
-def drawn_perplexity(nll) -> np.ndarray:
+def drawn_perplexity(nll: ArrayLike | torch.Tensor) -> np.ndarray:
     """Per-position perplexity exp(NLL) ``(T,)`` as the figure draws it: at most e^690, so that a model
     whose NLL passes exp's range still draws (at the ceiling; the readout gives such a perplexity as inf)."""
     return np.exp(np.minimum(np.asarray(nll, dtype=np.float64), DRAWN_LOG_PERPLEXITY_MAX))
 
 
-def plot_limits(catalogue: dict, setting: str, seed: int, layer, head) -> dict:
+def plot_limits(catalogue: dict, setting: str, seed: int, layer: int | str, head: int | str) -> dict:
     """The trained figure's fixed ranges for one run, layer and head choice: over every eval length and
     mask the store holds, so that they stay put while only BCA or the length changes.
 
@@ -173,8 +175,8 @@ def trained_state(
     catalogue: dict,
     encoding: str,
     seed: int,
-    layer="mean",
-    head="mean",
+    layer: int | str = "mean",
+    head: int | str = "mean",
     eval_multiple: int = 1,
     bca: bool = False,
     setting: str | None = None,
@@ -214,7 +216,7 @@ def trained_state(
     profile = catalogue["index"][key]
     per_layer = _layer_resolutions(catalogue, profile, head)
 
-    def pick(values):
+    def pick(values: torch.Tensor | None) -> float | None:
         if values is None:
             return None
         return float(values.mean()) if layer == "mean" else float(values[layer])
@@ -285,7 +287,7 @@ def trained_readout_html(state: dict) -> str:
     )
 
 
-def trained_explorer(store_path=None) -> widgets.VBox:
+def trained_explorer(store_path: str | Path | None = None) -> widgets.VBox:
     """Explore the stored ŝ and per-position NLL of trained models (notebook 04); no model is loaded.
 
     Controls: encoding, setting (where the store holds several of the encoding, e.g. the family's
@@ -348,7 +350,7 @@ def trained_explorer(store_path=None) -> widgets.VBox:
     def show_error(exc: Exception | None) -> None:
         error.value, error.layout.display = ("", "none") if exc is None else (error_html(exc), None)
 
-    def draw(state) -> None:
+    def draw(state: dict) -> None:
         try:
             plot.value = figure.render(state)
         except Exception as exc:  # shown in the widget: a callback's traceback would be lost
@@ -356,7 +358,7 @@ def trained_explorer(store_path=None) -> widgets.VBox:
 
     drawer = LatestWins(draw)
 
-    def update(_=None, at_once=False):
+    def update(_: dict | None = None, at_once: bool = False) -> None:
         if holding:
             return
         try:
@@ -380,13 +382,13 @@ def trained_explorer(store_path=None) -> widgets.VBox:
         else:
             drawer.request(state)
 
-    def choose(dropdown, options):
+    def choose(dropdown: widgets.Dropdown, options: list) -> None:
         """New options for a dropdown, keeping its value where it is still one of them."""
         value = dropdown.value if dropdown.value in options else options[0]
         dropdown.options = options
         dropdown.value = value
 
-    def switch_setting(_=None):
+    def switch_setting(_: dict | None = None) -> None:
         holding.append(True)
         try:
             choose(seed, catalogue["seeds"][setting.value])
@@ -394,7 +396,7 @@ def trained_explorer(store_path=None) -> widgets.VBox:
             holding.pop()
         update()
 
-    def switch_encoding(_=None, at_once=False):
+    def switch_encoding(_: dict | None = None, at_once: bool = False) -> None:
         holding.append(True)
         try:
             settings = catalogue["settings"][encoding.value]

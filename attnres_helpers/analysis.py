@@ -516,11 +516,14 @@ def base_bound_table(points: list[Point], L: int, outcomes: Collection[str] = tu
 
 def regime_check(points: list[Point], rope: str = "rope base 10000", alibi: str = "alibi slopes x1") -> dict:
     """Plan v2's regime check: per seed, is RoPE's perplexity past L (same 2L windows, BCA off) above
-    ALiBi's? ``{"seeds": {seed: (rope, alibi)}, "worse": n, "of": m, "holds": n >= 2}``."""
+    ALiBi's? ``{"seeds": {seed: (rope, alibi)}, "worse": n, "of": m, "holds": n >= 2, "state": ...}``,
+    the state "holds" (worse in at least 2 of the plan's 3 seeds), "does not hold" (not worse in 2) or
+    "undecided" (too few seeds measured yet to say either)."""
     by = {p.setting: p for p in points if not p.bca}
     if rope not in by or alibi not in by:
         raise ValueError(f"the regime check needs {rope!r} and {alibi!r} without BCA")
     a, b = by[rope].per_seed["ppl past L 2L"], by[alibi].per_seed["ppl past L 2L"]
     seeds = {s: (a[s], b[s]) for s in sorted(set(a) & set(b))}
     worse = sum(x > y for x, y in seeds.values())
-    return {"seeds": seeds, "worse": worse, "of": len(seeds), "holds": worse >= 2}
+    state = "holds" if worse >= 2 else "does not hold" if len(seeds) - worse >= 2 else "undecided"
+    return {"seeds": seeds, "worse": worse, "of": len(seeds), "holds": worse >= 2, "state": state}

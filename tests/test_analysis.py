@@ -204,4 +204,10 @@ def test_base_bound_and_regime_check():
         Point("alibi slopes x1", "alibi", False, {}, {"ppl past L 2L": {0: 5.5, 1: 5.5, 2: 5.5}}),
     ]
     check = analysis.regime_check(regime)
-    assert (check["worse"], check["of"], check["holds"]) == (2, 3, True)
+    assert (check["worse"], check["of"], check["holds"], check["state"]) == (2, 3, True, "holds")
+    first = [
+        Point(p.setting, p.family, False, {}, {"ppl past L 2L": {0: p.per_seed["ppl past L 2L"][0]}}) for p in regime
+    ]
+    assert analysis.regime_check(first)["state"] == "undecided"  # 1 of 1: the plan needs 2 of 3
+    against = [Point(p.setting, p.family, False, {}, {"ppl past L 2L": {1: 5.0, 2: 5.0}}) for p in regime]
+    assert analysis.regime_check(against)["state"] == "does not hold"

@@ -23,17 +23,23 @@ import re
 import sys
 from typing import NoReturn
 
-import torch
+# Each command imports what it uses, so that --help and usage errors answer without importing torch.
 
-from .model import MODEL_ENCODINGS, PRESETS, ModelConfig
-from .store import records
-from .train import train
+
+def _set_threads(threads: int) -> None:
+    """torch's CPU threads (0: leave torch's default)."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     """Train one model (resuming an interrupted run in --out) and print its config.json results."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from .model import PRESETS, ModelConfig
+    from .train import train
+
+    _set_threads(args.threads)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(ModelConfig) if hasattr(args, f.name)}
     cfg = dataclasses.replace(PRESETS[args.preset], **overrides)
     if args.out == "":
@@ -57,11 +63,19 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(json.dumps({"out": out, **results}, indent=1))
 
 
-def _add_train_parser(subparsers) -> None:
-    defaults = {name: p.default for name, p in inspect.signature(train).parameters.items()}
+def _add_train_parser(subparsers, with_arguments: bool) -> None:
+    """The train command; its arguments (from ModelConfig and train()'s signature, which import torch)
+    only ``with_arguments``, i.e. when the command line names train."""
     p = subparsers.add_parser(
         "train", help="train one model on the shipped corpus", formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
+    p.set_defaults(func=cmd_train)
+    if not with_arguments:
+        return
+    from .model import MODEL_ENCODINGS, PRESETS, ModelConfig
+    from .train import train
+
+    defaults = {name: p.default for name, p in inspect.signature(train).parameters.items()}
     p.add_argument("--preset", choices=sorted(PRESETS), default="default", help="model preset")
     p.add_argument("--seed", type=int, default=defaults["seed"], help="weight init and batch order")
     p.add_argument("--steps", type=int, default=defaults["steps"], help="optimiser steps")
@@ -87,7 +101,6 @@ def _add_train_parser(subparsers) -> None:
                 choices=MODEL_ENCODINGS if field.name == "encoding" else None,
                 help=f"the preset's if omitted (default preset: {getattr(PRESETS['default'], field.name)})",
             )
-    p.set_defaults(func=cmd_train)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:
@@ -146,8 +159,7 @@ def cmd_measure_hf(args: argparse.Namespace) -> None:
     --store, write its profiles to a store, resumably (window sums in --work)."""
     from .hf.pretrained import measure_pretrained, measure_pretrained_store
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    _set_threads(args.threads)
     if args.store:
         path = measure_pretrained_store(
             args.model,
@@ -213,16 +225,16 @@ def _print_records(recs: list[dict], as_json: bool) -> None:
 def cmd_measure(args: argparse.Namespace) -> None:
     """Verify the shipped checkpoints against SHA256SUMS, measure them again, print the records."""
     from .experiments import measure_checkpoints
+    from .store import records
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    _set_threads(args.threads)
     _print_records(records(measure_checkpoints(progress=not args.json), args.boundary), args.json)
 
 
 def cmd_results(args: argparse.Namespace) -> None:
     """Print the records of a store (default: the shipped one) without loading any model."""
     from .experiments import STORE
-    from .store import load_curves, load_profiles
+    from .store import load_curves, load_profiles, records
 
     if args.store == "":
         raise ValueError("--store must name a store file, got an empty string")
@@ -342,9 +354,10 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = OneLineErrorParser(prog="python -m attnres_helpers", description=__doc__.split("\n\n")[0])
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
-    _add_train_parser(subparsers)
+    _add_train_parser(subparsers, with_arguments="train" in argv)
     _add_experiment_parsers(subparsers)
     args = parser.parse_args(argv)
     try:

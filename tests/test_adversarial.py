@@ -43,10 +43,16 @@ from attnres_helpers.store import Profile, load_profiles, records, save_profiles
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may touch the network
 
-TESTS = Path(__file__).resolve().parent
 TINY_TRAINING = {"steps": 250, "batch_tokens": 64, "lr": 1e-3, "warmup": 10}  # checkpoints at 100 and 200
 TINY_MEASURE = {"multiples": (1, 2), "n_windows": 2}
 BOUND_S = 240  # every wait below is a bounded loop; this is its limit (a loaded 2-core machine is slow)
+# A driver process's first lines: this file loaded by its path (argv[1]) as the module ``t``.
+LOAD_THIS_FILE = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('test_adversarial', sys.argv[1])\n"
+    "t = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(t)\n"
+)
 
 
 def _spec(root: Path, encoding: str, seed: int, training: dict | None = None) -> RunSpec:
@@ -220,13 +226,12 @@ def test_killing_the_parent_leaves_no_worker_and_a_rerun_is_identical(family, tm
     """SIGKILL run_datasets' parent (2 jobs) while both workers train: every worker dies with it; a rerun
     resumes (stale lock taken over, checkpoints reused) and ends bit-identical to the uninterrupted run."""
     ds = _dataset(tmp_path)
-    driver = (
-        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import test_adversarial as t; "
-        "from attnres_helpers.experiments import runner; "
-        "runner.run_datasets([t._dataset(Path(sys.argv[2]))], jobs=2, progress=False)"
+    driver = LOAD_THIS_FILE + (
+        "from pathlib import Path\nfrom attnres_helpers.experiments import runner\n"
+        "runner.run_datasets([t._dataset(Path(sys.argv[2]))], jobs=2, progress=False)\n"
     )
     parent = subprocess.Popen(
-        [sys.executable, "-c", driver, str(TESTS), str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", driver, __file__, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     workers: set[int] = set()
     try:
@@ -1177,10 +1182,10 @@ def test_a_kill_at_every_file_operation_of_a_store_write_leaves_the_old_or_the_n
 
 # ============================================================================================ torchrun
 
-DISTRIBUTED_DRIVER = """import os, sys
+DISTRIBUTED_DRIVER = (
+    LOAD_THIS_FILE
+    + """import os
 from pathlib import Path
-sys.path.insert(0, sys.argv[1])
-import test_adversarial as t
 from attnres_helpers.experiments import runner
 real = runner.train_and_measure
 log = Path(sys.argv[2]) / f"rank-{os.environ['RANK']}.txt"
@@ -1191,6 +1196,7 @@ def logged(spec, *args, **kwargs):
 runner.train_and_measure = logged
 runner.run_datasets_distributed([t._dataset(Path(sys.argv[2]))], progress=False)
 """
+)
 
 
 @pytest.mark.slow
@@ -1209,7 +1215,7 @@ def test_two_gloo_ranks_under_torchrun_merge_the_store_of_a_single_process_run(f
             "--nproc-per-node",
             "2",
             str(driver),
-            str(TESTS),
+            __file__,
             str(tmp_path / "root"),
         ],
         capture_output=True,

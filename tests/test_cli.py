@@ -45,3 +45,15 @@ def test_results_runs_as_a_process_and_a_user_error_is_one_line(tmp_path):
     ]
     usage = run("results", "--boundary", "middle")
     assert usage.returncode == 2 and len(usage.stderr.splitlines()) == 1 and "(see --help)" in usage.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["results", "--help"], ["measure-hf", "--lengths", "x"]])
+def test_help_and_usage_errors_answer_without_importing_torch(argv):
+    """Only the command that runs imports torch (and train, whose options come from ModelConfig)."""
+    code = (
+        "import sys\nfrom attnres_helpers.__main__ import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "sys.exit('torch was imported' if 'torch' in sys.modules else 0)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr

@@ -98,6 +98,16 @@ def span_nll(
     return torch.cat(out)
 
 
+def first_copy_in_reach_under_bca(gap: int, train_len: int, n_layer: int, span: int = SPAN) -> bool:
+    """Whether, under BCA (blocks of b = L/2, a query seeing its own block and the previous one), the
+    first copy can change the model's predictions of the second at all. Each layer moves information
+    back at most one block, so the earliest query scored, at position S + g − 1, reaches back to
+    (⌊(S + g − 1)/b⌋ − n_layer)·b; the first copy holds positions 0 … S − 1. Where False, the copy
+    gain under BCA is zero up to float rounding. (Under the causal mask every position is in reach.)"""
+    block = train_len // 2
+    return ((span + gap - 1) // block - n_layer) * block <= span - 1
+
+
 @dataclass(frozen=True)
 class CopyCurve:
     """The probe's result for one model and mask: per gap and probe, the second span's mean NLL in the

@@ -74,6 +74,8 @@ PERPLEXITY_COLUMNS = [
 ]
 BCA_COLUMNS = ["encoding", "seeds", "R(L)", "R(2L)", "R(2L)+BCA", "BCA ×(2L)", "R(4L)", "R(4L)+BCA", "BCA ×(4L)"]
 BCA_PERPLEXITY_COLUMNS = ["encoding", "ppl(2L) past L", "ppl(2L) past L+BCA", "ppl(4L) past L", "ppl(4L) past L+BCA"]
+# The copy probe's pair (store.copy_gains): the gain at g = L/2 (a window of L) and at g = 3L/2 (2L)
+COPY_COLUMNS = ["encoding", "seeds", "copy within L", "copy past L", "copy within L+BCA", "copy past L+BCA"]
 NO_SINK = " no sink"  # suffix of the columns of R without the first-token entries (sink_free=True)
 PAIR_SINK_COLUMNS = [
     "encoding",
@@ -176,7 +178,9 @@ def pair_table(
     seed means ± spread (R of ``layer``: "mean" as in Table 3, "upper", or an index), next to the
     paper's values where it has them (the paper's are layer means). ``sink_free=True`` adds, beside
     each R column, its "... no sink" column: R of ŝ without the first-token entries (None where the
-    records do not have it)."""
+    records do not have it). The copy probe's pair, "copy within L" and "copy past L" (with and
+    without BCA), comes from the records of the shortest length measured with that mask (None where
+    not measured)."""
     index = index_records(records, head_mode)
     multiples = sorted({k for _, k, _, _ in index})
     rows = []
@@ -194,6 +198,11 @@ def pair_table(
                 if k > 1:
                     row[f"ppl({length_label(k)}) first L{tag}"] = cell_stat(cell, "perplexity_first_L")
                     row[f"ppl({length_label(k)}) past L{tag}"] = cell_stat(cell, "perplexity_past_L")
+        for bca in (False, True):  # a run's copy gains are the same in the records of every length
+            shortest = next((k for k in multiples if (encoding, k, bca, layer) in index), None)
+            cell = index.get((encoding, shortest, bca, layer))
+            for key, column in (("copy_gain_within_L", "copy within L"), ("copy_gain_past_L", "copy past L")):
+                row[column + ("+BCA" if bca else "")] = cell_stat(cell, key)
         for column, value in PAPER_TABLE3.get(encoding, {}).items():
             row[f"paper {column}"] = value
         rows.append(row)

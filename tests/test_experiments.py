@@ -1,6 +1,7 @@
 """The shipped experiment, run end to end on tiny models in tmp_path: train, measure, store, verify,
 re-measure. Nothing here reads data/checkpoints/ or data/results/ (they may be being regenerated)."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -10,7 +11,7 @@ import torch
 
 from attnres_helpers import experiments
 from attnres_helpers.model import preset
-from attnres_helpers.store import load_profiles, records
+from attnres_helpers.store import load_curves, load_profiles, records
 from attnres_helpers.tables import record_mismatches
 
 TINY = {"train_len": 16, "n_layer": 2, "n_head": 2, "d_model": 32}
@@ -64,7 +65,7 @@ def test_reproduce_writes_every_checkpoint_and_the_store(tiny_run):
 def test_load_results_are_the_records_of_the_store(tiny_run):
     _, store, profiles, _ = tiny_run
     shipped = experiments.load_results(store)
-    again = records(load_profiles(store)[0])
+    again = records(load_profiles(store)[0], curves=load_curves(store))
     assert [{k: v for k, v in r.items() if "resolution" not in k} for r in shipped] == [
         {k: v for k, v in r.items() if "resolution" not in k} for r in again
     ]
@@ -229,6 +230,10 @@ def test_run_datasets_trains_measures_and_then_keeps(tmp_path):
     before = store.stat().st_mtime_ns
     again = experiments.run_datasets([ds], jobs=1, progress=False)[store]
     assert store.stat().st_mtime_ns == before and [p.key for p in again] == [p.key for p in loaded]
+    # the same spec now asking for the copy probe, whose curves the store lacks, is measured again
+    probed = experiments.Dataset(store, [dataclasses.replace(spec, probe=True)], {"command": "test"})
+    experiments.run_datasets([probed], jobs=1, progress=False)
+    assert store.stat().st_mtime_ns != before and set(load_curves(store)) == {(spec.name, False), (spec.name, True)}
     # a spec whose metadata changed is run again
     changed = experiments.Dataset(
         store,
@@ -273,6 +278,4 @@ def test_a_dataset_that_averages_heads_stores_the_head_means_as_int16_codes(tmp_
         assert q.s_hat.shape[1] == 1 and q.heads_averaged and kept[p.key].heads_averaged
         torch.testing.assert_close(q.layer_resolutions(), p.layer_resolutions(), rtol=1e-3, atol=1e-9)
     assert {r["head_mode"] for r in records(list(loaded.values()))} == {"mean-scores"}
-    from attnres_helpers.store import load_curves
-
     assert set(load_curves(averaged)) == {("tiny-rope-s4", False), ("tiny-rope-s4", True)}

@@ -5,7 +5,8 @@ import torch
 import torch.nn as nn
 
 from attnres_helpers.data import load_splits
-from attnres_helpers.probe import SPAN, CopyProbes, copy_curve, copy_probes, gaps_for
+from attnres_helpers.model import blockwise_causal_mask
+from attnres_helpers.probe import SPAN, CopyProbes, copy_curve, copy_probes, first_copy_in_reach_under_bca, gaps_for
 
 LOGIT = 10.0
 
@@ -87,3 +88,15 @@ def test_bad_gaps_are_refused(probes):
     with pytest.raises(ValueError, match="gap must be an integer"):
         probes.windows(1.5)
     assert isinstance(probes, CopyProbes)
+
+
+@pytest.mark.parametrize("train_len, n_layer, span", [(16, 1, 4), (16, 3, 4), (32, 2, 8), (128, 4, 32)])
+def test_the_reach_under_bca_is_the_mask_stacked_layer_by_layer(train_len, n_layer, span):
+    """Brute force: position i depends on j after n layers iff (A^n)[i, j] for the BCA mask A (its
+    diagonal included); the scored queries are S + g − 1 … 2S + g − 2, the first copy 0 … S − 1."""
+    for gap in range(0, 4 * train_len, 3):
+        T = 2 * span + gap
+        step = blockwise_causal_mask(T, train_len // 2).double()
+        reach = torch.linalg.matrix_power(step, n_layer) > 0  # (T, T)
+        expected = bool(reach[span + gap - 1 : T - 1, :span].any())
+        assert first_copy_in_reach_under_bca(gap, train_len, n_layer, span) == expected, gap

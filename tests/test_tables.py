@@ -140,6 +140,19 @@ def test_pair_table_seed_means_and_spread(head_mode, offset):
     assert "paper R(L)" not in nope
 
 
+def test_pair_table_copy_columns_are_seed_means_of_the_records_gains():
+    records = make_records(PAPER_LIKE)
+    for r in records:  # gains known per (encoding, seed, bca); the same at every length, as in a store
+        if r["encoding"] == "rope":
+            r["copy_gain_within_L"] = 0.1 * r["seed"] + 0.5 * r["bca"]
+            r["copy_gain_past_L"] = -0.01 * r["seed"]
+    rows = by_encoding(pair_table(records))
+    assert rows["rope"]["copy within L"].values == pytest.approx((0.0, 0.1, 0.2))
+    assert rows["rope"]["copy within L+BCA"].mean == pytest.approx(0.6)
+    assert rows["rope"]["copy past L"].mean == pytest.approx(-0.01)
+    assert rows["alibi"]["copy past L"] is None and pair_table(make_records(PAPER_LIKE))[0]["copy past L"] is None
+
+
 def test_bca_table_ratio_per_seed():
     rows = by_encoding(bca_table(make_records(PAPER_LIKE, step=0.0)))
     assert rows["xpos"]["BCA ×(2L)"].mean == pytest.approx(0.98 / 0.54)

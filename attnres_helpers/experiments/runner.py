@@ -226,13 +226,21 @@ def _in_pool(work, tasks: list[tuple], jobs: int, desc: str, progress: bool, dea
 
 def _kept(ds: Dataset, path: Path | None = None) -> tuple[list[Profile], dict]:
     """The profiles and curves already in ``ds.store`` (or in ``path``, a part of it) whose runs are wanted
-    with the same metadata."""
+    with the same metadata, and with their copy curves where the spec asks for the probe."""
     path = Path(path or ds.store)
     if not path.is_file():
         return [], {}
     wanted = {s.name: s.meta for s in ds.specs}
     old, curves = load_profiles(path)[0], load_curves(path)
-    kept = [p for p in old if p.run in wanted and {k: p.meta.get(k) for k in wanted[p.run]} == wanted[p.run]]
+    probed = {run for run, _ in curves}
+    needs_probe = {s.name for s in ds.specs if s.probe}
+    kept = [
+        p
+        for p in old
+        if p.run in wanted
+        and {k: p.meta.get(k) for k in wanted[p.run]} == wanted[p.run]
+        and (p.run in probed or p.run not in needs_probe)
+    ]
     runs = {p.run for p in kept}
     return kept, {key: c for key, c in curves.items() if key[0] in runs}
 

@@ -105,10 +105,19 @@ def default_dataset(
     measure: dict | None = None,
 ) -> Dataset:
     """The shipped experiment: every encoding × seed at the default configuration (``model`` overrides
-    of the preset, ``training``, ``measure``: None for the shipped settings), into ``root``."""
+    of the preset, ``training``, ``measure``: None for the shipped settings), into ``root``, with the
+    copy probe (plan v2's retrieval outcome, also reported for notebook 03's models)."""
     training, measure = dict(training or TRAINING), dict(measure or MEASURE)
     specs = [
-        RunSpec(f"{e}-s{s}", model_config(e, **(model or {})), s, checkpoint_dir(e, s, root), training, measure=measure)
+        RunSpec(
+            f"{e}-s{s}",
+            model_config(e, **(model or {})),
+            s,
+            checkpoint_dir(e, s, root),
+            training,
+            measure=measure,
+            probe=True,
+        )
         for e in encodings
         for s in seeds
     ]

@@ -30,7 +30,7 @@ from .stats import (
     spearman,
     spearman_permutation_test,
 )
-from .store import Profile, records
+from .store import COPY_GAIN_COLUMNS, Profile, records
 
 PREDICTOR = "R(2L) upper"  # the plan's primary predictor
 OUTCOME = "rise 2L"  # the plan's primary outcome
@@ -63,7 +63,7 @@ def _run_values(recs: list[dict], L: int) -> dict:
     """Per-run columns from one run's records at one mask setting (head mode and boundary fixed)."""
     by = {(r["eval_len"], r["layer"]): r for r in recs}
     values = {}
-    for key, column in (("copy_gain_past_L", "copy past L"), ("copy_gain_within_L", "copy within L")):
+    for key, column in COPY_GAIN_COLUMNS.items():
         gain = next((r.get(key) for r in recs if r.get(key) is not None), None)
         if gain is not None:
             values[column] = gain

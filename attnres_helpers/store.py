@@ -184,7 +184,8 @@ def save_profiles(
     ``dtype`` is float32; float16; or int16, a fixed-point code per row (:func:`quantize`: each
     (layer, head) row spans its own range in 65535 steps, -inf kept), which keeps every per-layer R
     within 1e-3 relative where float16 does not (its steps grow with |ŝ|, and flat profiles feel them).
-    Either way, every R is computed from the stored values, so a store and its records agree.
+    Either way, every R is computed from the stored values, so a store and its records agree. The NLL is
+    kept as float32 (``NLL_DTYPE``). :func:`as_stored` gives the profiles back as the store will.
     ``curves``: the copy probe's results by (run, bca), stored as ``<run>/copy/<bca>/...`` (float32)."""
     if dtype not in STORE_DTYPES:
         raise ValueError(f"dtype must be one of {STORE_DTYPES}, got {dtype}")
@@ -202,26 +203,57 @@ def save_profiles(
         if runs.setdefault(p.run, p.meta) != p.meta:
             raise ValueError(f"run {p.run!r} has two different metadata")
         for name, t in (("s_hat", p.s_hat), ("key0", p.key0)):
-            if t is None:
-                continue
-            if dtype == torch.int16:
-                codes, low, step = quantize(t.detach().cpu())
-                tensors.update({f"{p.key}/{name}": codes, f"{p.key}/{name}.low": low, f"{p.key}/{name}.step": step})
-                continue
-            stored = t.detach().to("cpu", dtype).contiguous()
-            if torch.isposinf(stored).any() or (torch.isneginf(stored) & torch.isfinite(t.cpu())).any():
-                raise ValueError(
-                    f"{p.key}: {name} has values beyond {dtype}'s range (|x| > "
-                    f"{torch.finfo(dtype).max:g}); store it as float32 or int16"
-                )
-            tensors[f"{p.key}/{name}"] = stored
-        tensors[p.key + "/nll"] = p.nll.detach().to("cpu", torch.float64).contiguous()
+            if t is not None:
+                tensors.update(_encoded(p.key, name, t, dtype))
+        tensors[p.key + "/nll"] = p.nll.detach().to("cpu", NLL_DTYPE).contiguous()
     header = json.dumps({"about": about or {}, "runs": runs}, allow_nan=False)
     save_safetensors(Path(path), tensors, metadata={HEADER_KEY: header})
 
 
 STORE_DTYPES = (torch.float32, torch.float16, torch.int16)
 CODE_MAX = 32767  # int16 codes -32767..32767 span a row's range; -32768 stands for -inf
+NLL_DTYPE = torch.float32  # the per-position mean NLL as stored (about 7 significant digits), read back as float64
+
+
+def as_stored(profiles: list[Profile], dtype: torch.dtype = torch.float32) -> list[Profile]:
+    """The profiles exactly as a store of ``dtype`` gives them back (:func:`load_profiles` after
+    :func:`save_profiles`), without writing one: ŝ and key0 coded and decoded, the NLL rounded to
+    float32. Compare a fresh measurement with a store through this, like with like."""
+    if dtype not in STORE_DTYPES:
+        raise ValueError(f"dtype must be one of {STORE_DTYPES}, got {dtype}")
+
+    def back(t: torch.Tensor | None, key: str, name: str) -> torch.Tensor | None:
+        return None if t is None else _stored(_encoded(key, name, t, dtype), f"{key}/{name}")
+
+    return [
+        Profile(
+            p.run,
+            p.meta,
+            p.eval_len,
+            p.bca,
+            back(p.s_hat, p.key, "s_hat"),
+            p.nll.detach().to("cpu", NLL_DTYPE).double(),
+            back(p.key0, p.key, "key0"),
+        )
+        for p in profiles
+    ]
+
+
+def _encoded(key: str, name: str, t: torch.Tensor, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The tensors that store profile ``key``'s ŝ or key0 (``name``) as ``dtype``: the values, or for
+    int16 the codes with their rows' ``.low`` and ``.step`` (:func:`quantize`); a clear error past
+    float16's range."""
+    full = f"{key}/{name}"
+    if dtype == torch.int16:
+        codes, low, step = quantize(t.detach().cpu())
+        return {full: codes, full + ".low": low, full + ".step": step}
+    stored = t.detach().to("cpu", dtype).contiguous()
+    if torch.isposinf(stored).any() or (torch.isneginf(stored) & torch.isfinite(t.cpu())).any():
+        raise ValueError(
+            f"{key}: {name} has values beyond {dtype}'s range (|x| > {torch.finfo(dtype).max:g}); "
+            "store it as float32 or int16"
+        )
+    return {full: stored}
 
 
 def quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -343,6 +375,10 @@ def perplexities(nll: torch.Tensor, train_len: int) -> dict:
         "perplexity_first_L": ppl(nll[:train_len]),
         "perplexity_past_L": ppl(nll[train_len:]),
     }
+
+
+COPY_GAIN_COLUMNS = {"copy_gain_within_L": "copy within L", "copy_gain_past_L": "copy past L"}
+"""The copy probe's record keys (:func:`copy_gains`) and the table column each is shown under."""
 
 
 def copy_gains(curve: CopyCurve | None, train_len: int) -> dict:

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .metric import HEAD_MODES, Boundary, HeadMode, mean_over_heads
-from .store import Profile
+from .store import COPY_GAIN_COLUMNS, Profile
 
 # Sun et al. 2022 ("A Length-Extrapolatable Transformer"), Table 3: 24 layers, training length
 # L = 1024, resolution at 1024 (L) and 2048 (2L). Their xPos rows are LEX without BCA ("LEX − BCA",
@@ -201,7 +201,7 @@ def pair_table(
         for bca in (False, True):  # a run's copy gains are the same in the records of every length
             shortest = next((k for k in multiples if (encoding, k, bca, layer) in index), None)
             cell = index.get((encoding, shortest, bca, layer))
-            for key, column in (("copy_gain_within_L", "copy within L"), ("copy_gain_past_L", "copy past L")):
+            for key, column in COPY_GAIN_COLUMNS.items():
                 row[column + ("+BCA" if bca else "")] = cell_stat(cell, key)
         for column, value in PAPER_TABLE3.get(encoding, {}).items():
             row[f"paper {column}"] = value

@@ -11,7 +11,7 @@ import torch
 
 from attnres_helpers import experiments
 from attnres_helpers.model import preset
-from attnres_helpers.store import load_curves, load_profiles, records
+from attnres_helpers.store import as_stored, load_curves, load_profiles, records
 from attnres_helpers.tables import record_mismatches
 
 TINY = {"train_len": 16, "n_layer": 2, "n_head": 2, "d_model": 32}
@@ -54,7 +54,7 @@ def test_reproduce_writes_every_checkpoint_and_the_store(tiny_run):
     }
     assert sorted(p.key for p in loaded) == sorted(p.key for p in profiles)
     by_key = {p.key: p for p in profiles}
-    for p in loaded:  # float32 store: exactly the measured arrays
+    for p in loaded:  # exactly the arrays reproduce returns: the measured ones as stored (store.as_stored)
         assert torch.equal(p.s_hat, by_key[p.key].s_hat) and torch.equal(p.nll, by_key[p.key].nll)
         assert p.meta == json.loads(json.dumps(by_key[p.key].meta))
     meta = by_key["rope-s1/32/1"].meta
@@ -95,8 +95,10 @@ def test_remeasuring_the_checkpoints_gives_the_stored_profiles(tiny_run):
     _, _, profiles, remeasured = tiny_run
     by_key = lambda ps: sorted(ps, key=lambda p: p.key)  # noqa: E731
     assert [p.key for p in by_key(remeasured)] == [p.key for p in by_key(profiles)]
-    for a, b in zip(by_key(remeasured), by_key(profiles)):
+    stored_as = experiments.default_dataset().dtype  # int16 codes: compared like with like, through as_stored
+    for a, b in zip(by_key(as_stored(remeasured, stored_as)), by_key(profiles)):
         assert torch.equal(a.s_hat, b.s_hat) and torch.equal(a.nll, b.nll) and a.meta == b.meta
+        assert torch.equal(a.key0, b.key0)
 
 
 def test_sha256sums_name_every_checkpoint_file(tiny_run):

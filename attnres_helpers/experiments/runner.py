@@ -46,7 +46,7 @@ from ..data import load_splits
 from ..files import atomic_write, write_text_atomic
 from ..measure import measure_model
 from ..probe import copy_curve, copy_probes, gaps_for
-from ..store import Profile, average_heads, load_curves, load_profiles, records, save_profiles
+from ..store import Profile, as_stored, average_heads, load_curves, load_profiles, records, save_profiles
 from ..train import train
 from .specs import (
     CHECKPOINTS,
@@ -258,7 +258,8 @@ def run_datasets(
     is rewritten after every finished run of it, atomically, under its lock. With ``deadline_s``, runs not
     started within that many seconds are skipped. ``finished_only``: measure only the runs whose training
     has finished (config.json present), train nothing. A dataset with ``sums`` gets its SHA256SUMS
-    rewritten once all its runs are trained."""
+    rewritten once all its runs are trained. Returns each store's profiles exactly as the store holds
+    them (:func:`store.as_stored`)."""
     stores = [Path(ds.store) for ds in datasets]
     if len(set(stores)) != len(stores):
         raise ValueError("two datasets write the same store")
@@ -267,7 +268,7 @@ def run_datasets(
         work = partial(train_and_measure, device=device)
         with closing(_in_pool(work, todo, jobs, "runs", progress, deadline_s)) as results:
             for ds, (profiles, run_curves) in results:  # each run's store written as soon as it finishes
-                kept[ds.store] += average_heads(profiles) if ds.average_heads else profiles
+                kept[ds.store] += as_stored(average_heads(profiles) if ds.average_heads else profiles, ds.dtype)
                 curves[ds.store].update(run_curves)
                 save_profiles(ds.store, kept[ds.store], ds.about, ds.dtype, curves[ds.store])
     for ds in datasets:
@@ -352,7 +353,7 @@ def _merge_parts(datasets: list[Dataset]) -> dict[Path, list[Profile]]:
         for part in parts:
             done = {p.run for p in profiles}
             more, more_curves = _kept(ds, part)
-            profiles += [p for p in more if p.run not in done]
+            profiles += as_stored([p for p in more if p.run not in done], ds.dtype)
             curves.update({key: c for key, c in more_curves.items() if key[0] not in done})
         if parts:
             save_profiles(ds.store, profiles, ds.about, ds.dtype, curves)

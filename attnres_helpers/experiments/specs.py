@@ -106,7 +106,8 @@ def default_dataset(
 ) -> Dataset:
     """The shipped experiment: every encoding × seed at the default configuration (``model`` overrides
     of the preset, ``training``, ``measure``: None for the shipped settings), into ``root``, with the
-    copy probe (plan v2's retrieval outcome, also reported for notebook 03's models)."""
+    copy probe (plan v2's retrieval outcome, also reported for notebook 03's models); every head's ŝ and
+    key0 kept, as int16 codes (:func:`store.quantize`)."""
     training, measure = dict(training or TRAINING), dict(measure or MEASURE)
     specs = [
         RunSpec(
@@ -121,9 +122,8 @@ def default_dataset(
         for e in encodings
         for s in seeds
     ]
-    return Dataset(
-        Path(store), specs, {"command": REPRODUCE_COMMAND, "measure": measure, "training": training}, sums=Path(root)
-    )
+    about = {"command": REPRODUCE_COMMAND, "measure": measure, "training": training}
+    return Dataset(Path(store), specs, about, torch.int16, sums=Path(root))
 
 
 # The family v1 of notebook 05 (analysis plan data/results/family_plan.md; exploratory since plan v2): a label,

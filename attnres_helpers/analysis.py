@@ -448,8 +448,8 @@ def verdict_v2(result: TestResult) -> tuple[str, list[str]]:
     if _against(pr, sign):
         category = AGAINST
         lines.append(
-            f"The interval excludes 0 on the wrong side: higher R goes with {'less' if sign > 0 else 'more'} "
-            "extrapolation here."
+            f"The interval excludes 0 on the wrong side: higher R goes with a {'smaller' if sign > 0 else 'larger'} "
+            f"{result.outcome} here."
         )
     elif not holds:
         category = INCONCLUSIVE

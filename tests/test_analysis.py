@@ -167,8 +167,9 @@ def test_v2_wrong_sign_is_evidence_against_and_noise_is_inconclusive():
     x = np.arange(2 * n, dtype=float)
     fams = ["alibi"] * 2 * n
     against = synthetic_v2(x, x, -x, [False] * n + [True] * n, [f"s{i}" for i in range(2 * n)], fams)
-    assert analysis.verdict_v2(analysis.test_v2(against, "R(2L) upper", "rise 2L", **FAST))[0] == analysis.AGAINST
-    assert analysis.verdict_v2(analysis.test_v2(against, "R(2L) upper", "copy past L", **FAST))[0] == analysis.AGAINST
+    for outcome, says in (("rise 2L", "a larger rise 2L"), ("copy past L", "a smaller copy past L")):
+        category, lines = analysis.verdict_v2(analysis.test_v2(against, "R(2L) upper", outcome, **FAST))
+        assert category == analysis.AGAINST and f"higher R goes with {says} here" in " ".join(lines)
     rng = np.random.default_rng(4)
     noise = synthetic_v2(
         rng.random(2 * n),

@@ -127,6 +127,27 @@ def family_points(
     return points
 
 
+def extra_seed_points(
+    profiles: list[Profile],
+    extra_seeds: Collection[int],
+    curves: dict | None = None,
+    seeds: Collection[int] = (0, 1, 2),
+) -> tuple[list[Point], list[str]]:
+    """Plan v2's labelled secondary analysis: the points of :func:`family_points`, each configuration the
+    mean of ``seeds`` and ``extra_seeds`` where its setting has all of them, else of ``seeds`` alone; and
+    the settings that have them all (sorted). Never the primary analysis, which takes ``seeds`` only."""
+    have: dict[str, set[int]] = {}
+    for p in profiles:
+        have.setdefault(p.meta.get("config"), set()).add(p.meta["seed"])
+    full = sorted(str(s) for s, got in have.items() if s is not None and set(seeds) | set(extra_seeds) <= got)
+    kept = [
+        p
+        for p in profiles
+        if p.meta["seed"] in seeds or (p.meta["seed"] in extra_seeds and p.meta.get("config") in full)
+    ]
+    return family_points(kept, curves=curves), full
+
+
 def column(points: list[Point], name: str) -> np.ndarray:
     """One column over the points; a clear error if some point lacks it."""
     missing = [p.name for p in points if name not in p.values]

@@ -223,12 +223,14 @@ def _print_records(recs: list[dict], as_json: bool) -> None:
 
 
 def cmd_measure(args: argparse.Namespace) -> None:
-    """Verify the shipped checkpoints against SHA256SUMS, measure them again, print the records."""
-    from .experiments import measure_checkpoints
-    from .store import records
+    """Verify the shipped checkpoints against SHA256SUMS, measure them again, print the records of the
+    measurement as the shipped store keeps it (:func:`store.as_stored`), comparable with ``results``."""
+    from .experiments import default_dataset, measure_checkpoints
+    from .store import as_stored, records
 
     _set_threads(args.threads)
-    _print_records(records(measure_checkpoints(progress=not args.json), args.boundary), args.json)
+    profiles = as_stored(measure_checkpoints(progress=not args.json), default_dataset().dtype)
+    _print_records(records(profiles, args.boundary), args.json)
 
 
 def cmd_results(args: argparse.Namespace) -> None:

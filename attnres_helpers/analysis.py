@@ -131,15 +131,17 @@ def extra_seed_points(
     profiles: list[Profile],
     extra_seeds: Collection[int],
     curves: dict | None = None,
-    seeds: Collection[int] = (0, 1, 2),
+    seeds: Collection[int] | None = None,
 ) -> tuple[list[Point], list[str]]:
     """Plan v2's labelled secondary analysis: the points of :func:`family_points`, each configuration the
-    mean of ``seeds`` and ``extra_seeds`` where its setting has all of them, else of ``seeds`` alone; and
-    the settings that have them all (sorted). Never the primary analysis, which takes ``seeds`` only."""
+    mean of ``seeds`` (None: ``V2_SEEDS``) and ``extra_seeds`` where its setting has all of them, else
+    of ``seeds`` alone; and the settings that have them all (sorted). Never the primary analysis, which
+    takes ``seeds`` only."""
+    seeds = V2_SEEDS if seeds is None else seeds
     have: dict[str, set[int]] = {}
     for p in profiles:
         have.setdefault(p.meta.get("config"), set()).add(p.meta["seed"])
-    full = sorted(str(s) for s, got in have.items() if s is not None and set(seeds) | set(extra_seeds) <= got)
+    full = sorted(s for s, got in have.items() if s is not None and set(seeds) | set(extra_seeds) <= got)
     kept = [
         p
         for p in profiles

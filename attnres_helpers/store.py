@@ -2,9 +2,10 @@
 
 For every run (a trained model) and every (eval_len, bca) it was measured at, a store holds
 
-- ``s_hat (layers, H, T)``, float32 (float16 or int16 codes in the large stores): the §4.3 estimator
-  of every layer and head (Sun et al. 2022, Eq. 11);
-- ``nll (T,)``, float64: the mean next-token negative log-likelihood at each position of the same windows;
+- ``s_hat (layers, H, T)``, float32, float16 or int16 codes (:func:`quantize`; the shipped stores say
+  which in ``data/results/README.md``): the §4.3 estimator of every layer and head (Sun et al. 2022, Eq. 11);
+- ``nll (T,)``, stored as float32 and read back as float64: the mean next-token negative
+  log-likelihood at each position of the same windows;
 - ``key0 (layers, H, T)``, optional (stores written since the sink was added): the mean score of each
   query on key 0, so that ŝ without the first-token sink (:func:`attnres_helpers.metric.sink_free_scores`)
   is a query too.
@@ -47,6 +48,8 @@ from .probe import OUTCOME_MULTIPLE, WITHIN_MULTIPLE, CopyCurve
 
 HEADER_KEY = "attnres"
 RUN_KEYS = ("encoding", "seed", "train_len")  # every run's metadata has at least these
+COPY_GAIN_COLUMNS = {"copy_gain_within_L": "copy within L", "copy_gain_past_L": "copy past L"}
+"""The copy probe's record keys (:func:`copy_gains`) and the table column each is shown under."""
 # keys a record computes itself, which run metadata may not hold (they would be silently overwritten)
 RECORD_KEYS = (
     "run",
@@ -60,8 +63,7 @@ RECORD_KEYS = (
     "perplexity",
     "perplexity_first_L",
     "perplexity_past_L",
-    "copy_gain_within_L",
-    "copy_gain_past_L",
+    *COPY_GAIN_COLUMNS,
 )
 MAX_EVAL_LEN = 1 << 20
 MAX_LOG_PERPLEXITY = 709.0  # exp() of more overflows float64: the perplexity is then reported as inf
@@ -75,7 +77,7 @@ class Profile:
     meta: dict  # the run's keys: encoding, seed, train_len, and any others (config, params, device, ...)
     eval_len: int
     bca: bool
-    s_hat: torch.Tensor = field(repr=False)  # (layers, H, T) float32 (stored as float32 or float16)
+    s_hat: torch.Tensor = field(repr=False)  # (layers, H, T) float32 (stored as float32, float16 or int16 codes)
     nll: torch.Tensor = field(repr=False)  # (T,) float64
     key0: torch.Tensor | None = field(default=None, repr=False)  # (layers, H, T): mean score on key 0
 
@@ -182,13 +184,13 @@ def save_profiles(
     """Write ``profiles`` to one safetensors file, atomically. ``about`` (how the data were made:
     command, training and measuring settings) goes into the header beside each run's metadata.
     ``dtype`` is float32; float16; or int16, a fixed-point code per row (:func:`quantize`: each
-    (layer, head) row spans its own range in 65535 steps, -inf kept), which keeps every per-layer R
-    within 1e-3 relative where float16 does not (its steps grow with |ŝ|, and flat profiles feel them).
+    (layer, head) row spans its own range in 65534 steps, -inf kept), which keeps every per-layer R of
+    the shipped stores within about 1.1e-3 relative where float16 does not (its steps grow with |ŝ|,
+    and flat profiles feel them).
     Either way, every R is computed from the stored values, so a store and its records agree. The NLL is
     kept as float32 (``NLL_DTYPE``). :func:`as_stored` gives the profiles back as the store will.
     ``curves``: the copy probe's results by (run, bca), stored as ``<run>/copy/<bca>/...`` (float32)."""
-    if dtype not in STORE_DTYPES:
-        raise ValueError(f"dtype must be one of {STORE_DTYPES}, got {dtype}")
+    _check_dtype(dtype)
     tensors, runs = {}, {}
     for (run, bca), curve in (curves or {}).items():
         if run not in {p.run for p in profiles}:
@@ -205,7 +207,7 @@ def save_profiles(
         for name, t in (("s_hat", p.s_hat), ("key0", p.key0)):
             if t is not None:
                 tensors.update(_encoded(p.key, name, t, dtype))
-        tensors[p.key + "/nll"] = p.nll.detach().to("cpu", NLL_DTYPE).contiguous()
+        tensors[p.key + "/nll"] = _cast(p.key, "nll", p.nll, NLL_DTYPE)
     header = json.dumps({"about": about or {}, "runs": runs}, allow_nan=False)
     save_safetensors(Path(path), tensors, metadata={HEADER_KEY: header})
 
@@ -217,10 +219,10 @@ NLL_DTYPE = torch.float32  # the per-position mean NLL as stored (about 7 signif
 
 def as_stored(profiles: list[Profile], dtype: torch.dtype = torch.float32) -> list[Profile]:
     """The profiles exactly as a store of ``dtype`` gives them back (:func:`load_profiles` after
-    :func:`save_profiles`), without writing one: ŝ and key0 coded and decoded, the NLL rounded to
-    float32. Compare a fresh measurement with a store through this, like with like."""
-    if dtype not in STORE_DTYPES:
-        raise ValueError(f"dtype must be one of {STORE_DTYPES}, got {dtype}")
+    :func:`save_profiles`), without writing one: ŝ and key0 coded and decoded, the NLL as
+    ``NLL_DTYPE``. Compare a fresh measurement with a store through this, like with like. It is
+    idempotent: what it returns, stored again, is stored unchanged."""
+    _check_dtype(dtype)
 
     def back(t: torch.Tensor | None, key: str, name: str) -> torch.Tensor | None:
         return None if t is None else _stored(_encoded(key, name, t, dtype), f"{key}/{name}")
@@ -232,28 +234,36 @@ def as_stored(profiles: list[Profile], dtype: torch.dtype = torch.float32) -> li
             p.eval_len,
             p.bca,
             back(p.s_hat, p.key, "s_hat"),
-            p.nll.detach().to("cpu", NLL_DTYPE).double(),
+            _cast(p.key, "nll", p.nll, NLL_DTYPE).double(),
             back(p.key0, p.key, "key0"),
         )
         for p in profiles
     ]
 
 
+def _check_dtype(dtype: torch.dtype) -> None:
+    if dtype not in STORE_DTYPES:
+        raise ValueError(f"dtype must be one of {STORE_DTYPES}, got {dtype}")
+
+
 def _encoded(key: str, name: str, t: torch.Tensor, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """The tensors that store profile ``key``'s ŝ or key0 (``name``) as ``dtype``: the values, or for
-    int16 the codes with their rows' ``.low`` and ``.step`` (:func:`quantize`); a clear error past
-    float16's range."""
+    int16 the codes of their float32 values with the rows' ``.low`` and ``.step`` (:func:`quantize`;
+    coding float32 values makes a decoded store code to itself again)."""
     full = f"{key}/{name}"
     if dtype == torch.int16:
-        codes, low, step = quantize(t.detach().cpu())
+        codes, low, step = quantize(_cast(key, name, t, torch.float32))
         return {full: codes, full + ".low": low, full + ".step": step}
-    stored = t.detach().to("cpu", dtype).contiguous()
-    if torch.isposinf(stored).any() or (torch.isneginf(stored) & torch.isfinite(t.cpu())).any():
-        raise ValueError(
-            f"{key}: {name} has values beyond {dtype}'s range (|x| > {torch.finfo(dtype).max:g}); "
-            "store it as float32 or int16"
-        )
-    return {full: stored}
+    return {full: _cast(key, name, t, dtype)}
+
+
+def _cast(key: str, name: str, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` as ``dtype`` on the CPU; a clear error where a finite value falls outside ``dtype``'s range."""
+    cast = t.detach().to("cpu", dtype).contiguous()
+    if torch.isposinf(cast).any() or (torch.isneginf(cast) & torch.isfinite(t.cpu())).any():
+        advice = "" if name == "nll" else "; store it as float32 or int16"
+        raise ValueError(f"{key}: {name} has values beyond {dtype}'s range (|x| > {torch.finfo(dtype).max:g}){advice}")
+    return cast
 
 
 def quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -375,10 +385,6 @@ def perplexities(nll: torch.Tensor, train_len: int) -> dict:
         "perplexity_first_L": ppl(nll[:train_len]),
         "perplexity_past_L": ppl(nll[train_len:]),
     }
-
-
-COPY_GAIN_COLUMNS = {"copy_gain_within_L": "copy within L", "copy_gain_past_L": "copy past L"}
-"""The copy probe's record keys (:func:`copy_gains`) and the table column each is shown under."""
 
 
 def copy_gains(curve: CopyCurve | None, train_len: int) -> dict:

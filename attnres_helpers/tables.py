@@ -75,7 +75,7 @@ PERPLEXITY_COLUMNS = [
 BCA_COLUMNS = ["encoding", "seeds", "R(L)", "R(2L)", "R(2L)+BCA", "BCA ×(2L)", "R(4L)", "R(4L)+BCA", "BCA ×(4L)"]
 BCA_PERPLEXITY_COLUMNS = ["encoding", "ppl(2L) past L", "ppl(2L) past L+BCA", "ppl(4L) past L", "ppl(4L) past L+BCA"]
 # The copy probe's pair (store.copy_gains): the gain at g = L/2 (a window of L) and at g = 3L/2 (2L)
-COPY_COLUMNS = ["encoding", "seeds", "copy within L", "copy past L", "copy within L+BCA", "copy past L+BCA"]
+COPY_COLUMNS = ["encoding", "seeds", *COPY_GAIN_COLUMNS.values(), *(f"{c}+BCA" for c in COPY_GAIN_COLUMNS.values())]
 NO_SINK = " no sink"  # suffix of the columns of R without the first-token entries (sink_free=True)
 PAIR_SINK_COLUMNS = [
     "encoding",

@@ -12,6 +12,7 @@ measure_pretrained; fault injection (a kill at every file operation of train and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -39,7 +40,7 @@ from attnres_helpers.checkpoints import load_checkpoint, regenerate_command
 from attnres_helpers.experiments import runner, specs
 from attnres_helpers.experiments.specs import Dataset, RunSpec
 from attnres_helpers.model import ModelConfig, preset
-from attnres_helpers.store import Profile, load_profiles, records, save_profiles
+from attnres_helpers.store import Profile, as_stored, average_heads, load_profiles, records, save_profiles
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may touch the network
 
@@ -586,6 +587,21 @@ def test_a_float16_store_refuses_values_it_cannot_hold(profile, tmp_path):
         dtype=torch.float16,
     )
     assert load_profiles(tmp_path / "f16.safetensors")[0][0].s_hat.max() == 65504.0  # the largest it holds
+
+
+def test_a_store_refuses_an_nll_past_float32s_range(profile, tmp_path):
+    """The NLL is stored as float32: a finite NLL above 3.4e38 would be written as inf, which no store
+    reads back; both the writer and as_stored refuse it by name, and nothing is written."""
+    huge = Profile(profile.run, profile.meta, profile.eval_len, profile.bca, profile.s_hat, profile.nll * 0 + 1e39)
+    message = "rope-s0/32/0: nll has values beyond torch.float32's range (|x| > 3.40282e+38)"
+    for dtype in (torch.float32, torch.int16):
+        with pytest.raises(ValueError) as err:
+            save_profiles(tmp_path / "big.safetensors", [huge], dtype=dtype)
+        assert str(err.value) == message
+        with pytest.raises(ValueError) as err:
+            as_stored([huge], dtype)
+        assert str(err.value) == message
+    assert list(tmp_path.iterdir()) == []
 
 
 # ============================================================================================ verification
@@ -1267,6 +1283,24 @@ def test_parts_a_stopped_distributed_run_left_are_merged_at_the_next_start(famil
     kept = runner._merge_parts([ds])[ds.store]
     assert sorted(p.key for p in kept) == sorted(p.key for p in profiles)
     _assert_same_tensors(ds.store, family.store)
+    assert sorted(p.name for p in ds.store.parent.iterdir()) == ["family.safetensors"]
+
+
+def test_merged_int16_parts_are_returned_as_the_store_holds_them(family, tmp_path):
+    """As family-v2 --distributed writes them: head means, the parts float32, the store int16 codes. The
+    merge returns exactly what the store then holds (store.as_stored), the part's run included."""
+    ds = dataclasses.replace(_dataset(tmp_path), dtype=torch.int16, average_heads=True)
+    ds.store.parent.mkdir(parents=True)
+    profiles = average_heads(load_profiles(family.store)[0])
+    save_profiles(ds.store, [p for p in profiles if p.run == "rope-s0"], ds.about, torch.int16)
+    save_profiles(runner.part_path(ds.store, 1, 2), [p for p in profiles if p.run == "alibi-s1"], ds.about)
+    kept = {p.key: p for p in runner._merge_parts([ds])[ds.store]}
+    stored = {p.key: p for p in load_profiles(ds.store)[0]}
+    assert kept.keys() == stored.keys() == {p.key for p in profiles}
+    for key, p in stored.items():
+        for name in ("s_hat", "nll", "key0"):
+            a, b = getattr(kept[key], name), getattr(p, name)
+            assert (a is None and b is None) or torch.equal(a, b), (key, name)
     assert sorted(p.name for p in ds.store.parent.iterdir()) == ["family.safetensors"]
 
 

@@ -50,19 +50,24 @@ def test_family_points_are_seed_means_of_same_window_rises_and_upper_layer_r():
 
 
 def test_extra_seed_points_average_five_seeds_only_where_all_five_exist():
-    """Setting a has seeds 0-4, b has 0-2 and 4 (seed 3 missing): a is the mean of five seeds, b of its
-    first three (seed 4 left out), and only a is named as complete."""
-    rises = {("a", s): 1.0 + 0.1 * s for s in range(5)} | {("b", s): 2.0 + 0.1 * s for s in (0, 1, 2, 4)}
+    """Setting a has seeds 0-4, b has 0-2 and 4 (seed 3 missing), c has 0, 1, 3, 4 (seed 2 missing): a is
+    the mean of five seeds, b of its first three, c of seeds 0 and 1, and only a is named as complete."""
+    rises = (
+        {("a", s): 1.0 + 0.1 * s for s in range(5)}
+        | {("b", s): 2.0 + 0.1 * s for s in (0, 1, 2, 4)}
+        | {("c", s): 3.0 + 0.1 * s for s in (0, 1, 3, 4)}
+    )
     profiles = [
         profile(config, "rope", seed, 2 * L, False, torch.zeros(2, 2, 2 * L), 1.0, 1.0 + math.log(rise))
         for (config, seed), rise in rises.items()
     ]
-    points, full = analysis.extra_seed_points(profiles, extra_seeds=(3, 4))
+    points, full = analysis.extra_seed_points(profiles, extra_seeds=(3, 4))  # seeds: V2_SEEDS
     assert full == ["a"]
     by = {p.setting: p for p in points}
     assert by["a"].per_seed["rise 2L"].keys() == {0, 1, 2, 3, 4} and by["b"].per_seed["rise 2L"].keys() == {0, 1, 2}
     assert by["a"].values["rise 2L"] == pytest.approx(1.2, rel=1e-12)
     assert by["b"].values["rise 2L"] == pytest.approx(2.1, rel=1e-12)
+    assert by["c"].per_seed["rise 2L"].keys() == {0, 1} and by["c"].values["rise 2L"] == pytest.approx(3.05, rel=1e-12)
     primary = {p.setting: p for p in analysis.family_points(profiles, seeds=analysis.V2_SEEDS)}
     assert primary["a"].values["rise 2L"] == pytest.approx(1.1, rel=1e-12)  # the primary keeps seeds 0-2
 

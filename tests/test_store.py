@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 
 from attnres_helpers.__main__ import main as cli_main
 from attnres_helpers.data import eval_windows
@@ -100,6 +101,33 @@ def test_as_stored_is_what_a_store_gives_back(profiles, tmp_path, dtype):
             assert a.dtype == b.dtype and torch.equal(a, b), (p.key, name, dtype)
     with pytest.raises(ValueError, match="dtype must be one of"):
         as_stored(profiles, torch.float64)
+
+
+@pytest.mark.parametrize("dtype", STORE_DTYPES)
+def test_as_stored_is_idempotent_and_stores_unchanged(profiles, tmp_path, dtype):
+    """What as_stored returns, coded again, is itself, and a store written from it holds the same
+    tensors as one written from the measurement: so a store rewritten from its own decoded profiles (as
+    the runner rewrites it after every run) never drifts. The hard cases for int16 codes are here too:
+    float64 input, a row far from 0 with a range below float32's spacing there, and -inf entries."""
+    offset = torch.full((1, 1, 8), 1000.0, dtype=torch.float64) + torch.arange(8.0, dtype=torch.float64) * 1e-7
+    s_hat = torch.cat([torch.randn(1, 1, 8, generator=torch.Generator().manual_seed(0)).double(), offset], 1)
+    s_hat[0, 0, -2:] = -math.inf
+    hard = Profile("hard", {"encoding": "rope", "seed": 0, "train_len": 4}, 8, False, s_hat, torch.rand(8).double())
+    for p in (*profiles, hard):
+        once = as_stored([p], dtype)
+        twice = as_stored(once, dtype)
+        for name in ("s_hat", "nll", "key0"):
+            a, b = getattr(once[0], name), getattr(twice[0], name)
+            assert (a is None and b is None) or torch.equal(a, b), (p.key, name)
+        save_profiles(tmp_path / "measured.safetensors", [p], dtype=dtype)
+        save_profiles(tmp_path / "decoded.safetensors", once, dtype=dtype)
+        with (
+            safe_open(tmp_path / "measured.safetensors", "pt") as f,
+            safe_open(tmp_path / "decoded.safetensors", "pt") as g,
+        ):
+            assert sorted(f.keys()) == sorted(g.keys())
+            for key in f.keys():
+                assert torch.equal(f.get_tensor(key), g.get_tensor(key)), (p.key, key)
 
 
 def test_records_are_layer_resolution_of_the_stored_s_hat(profiles, store):
@@ -358,6 +386,24 @@ def test_cli_results_errors_are_one_line(cli, tmp_path):
     corrupt = cli("results", "--store", str(bad))
     assert corrupt.returncode != 0 and len(corrupt.stderr.splitlines()) == 1 and "Traceback" not in corrupt.stderr
     assert corrupt.stderr.startswith(f"error: measurement store {bad} is corrupt")
+
+
+def test_cli_measure_prints_the_records_results_prints_for_the_same_measurement(
+    profiles, tmp_path, capsys, monkeypatch
+):
+    """`measure --json` re-measures and prints the records as the shipped store would keep them, so they
+    equal what `results --json` prints from a store of that measurement (here: the tiny profiles, the
+    measurement stubbed; int16 codes move R by up to about 1e-3, so a raw measurement would not match)."""
+    from attnres_helpers import experiments
+
+    monkeypatch.setattr(experiments, "measure_checkpoints", lambda progress=True: profiles)
+    path = tmp_path / "shipped.safetensors"
+    save_profiles(path, profiles, dtype=experiments.default_dataset().dtype)
+    cli_main(["results", "--json", "--store", str(path)])
+    from_store = json.loads(capsys.readouterr().out)
+    cli_main(["measure", "--json"])
+    measured = json.loads(capsys.readouterr().out)
+    assert measured == from_store and len(measured) == len(records(profiles))
 
 
 def test_cli_results_text(store, capsys):

@@ -287,6 +287,7 @@ SWEEP_POINTS = {  # changes from the default configuration: (model fields, train
 
 
 def large_dataset(out: Path, runs: Path, device: str) -> Dataset:
+    """Notebook 03's larger second configuration (GPU-trained), stored as int16 head means (mean-scores R)."""
     specs = [
         RunSpec(
             f"{e}-s{s}",
@@ -307,7 +308,7 @@ def large_dataset(out: Path, runs: Path, device: str) -> Dataset:
         "device": device,
         "tf32": device.startswith("cuda"),
     }
-    return Dataset(Path(out) / "large.safetensors", specs, about, torch.float16)
+    return Dataset(Path(out) / "large.safetensors", specs, about, torch.int16, average_heads=True)
 
 
 def sweep_dataset(out: Path, runs: Path, device: str) -> Dataset:

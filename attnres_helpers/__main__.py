@@ -190,6 +190,46 @@ def cmd_fetch_pretrained(args: argparse.Namespace) -> None:
     print(smollm2.ensure())
 
 
+def cmd_configurations(args: argparse.Namespace) -> None:
+    """Plan v3: SmolLM2 under every inference-time configuration at L and 2L, one file per window under
+    runs/configurations/ (resumable), then the store built from every finished window."""
+    from pathlib import Path
+
+    from .configured_store import build
+    from .hf.configurations import CONFIGURATIONS
+    from .paths import CONFIGURATIONS_RUNS, CONFIGURATIONS_STORE
+
+    store = Path(args.store) if args.store else CONFIGURATIONS_STORE
+    if not args.build_only:
+        from transformers import AutoTokenizer
+
+        from .files import exclusive
+        from .hf import smollm2
+        from .hf.configured import measure_configurations
+
+        _set_threads(args.threads)
+        folder = smollm2.verify()
+        model = smollm2.load(folder)
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        log = open(args.log, "a") if args.log else None  # noqa: SIM115 (closed below)
+        try:
+            with exclusive(CONFIGURATIONS_RUNS / "measuring"):
+                measure_configurations(
+                    model,
+                    tokenizer,
+                    CONFIGURATIONS_RUNS,
+                    model_id=f"{smollm2.NAME}@{smollm2.fingerprint(folder)}",
+                    train_len=smollm2.CONTEXT,
+                    n_windows=args.windows,
+                    log=log,
+                )
+        finally:
+            if log is not None:
+                log.close()
+    same = [c.name for c in CONFIGURATIONS.values() if c.same_as_trained_up_to_L]
+    print(build(CONFIGURATIONS_RUNS, store, same))
+
+
 FIGURES = (("explorer_default.png", "explorer"), ("trained_explorer_default.png", "trained"))  # in data/figures/
 
 
@@ -293,6 +333,17 @@ def _add_experiment_parsers(subparsers) -> None:
     p.set_defaults(func=cmd_measure_hf)
     p = subparsers.add_parser("fetch-pretrained", help="fetch and convert SmolLM2-135M into the model cache (once)")
     p.set_defaults(func=cmd_fetch_pretrained)
+    p = subparsers.add_parser(
+        "configurations", help="plan v3: SmolLM2 under several inference-time configurations (resumable, hours)"
+    )
+    p.add_argument("--windows", type=_positive_int, default=8, help="windows per length (plan v3: 8)")
+    p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
+    p.add_argument("--log", default=None, help="append one line per finished window to this file")
+    p.add_argument("--store", default=None, help="the store to build (default data/results/configurations.safetensors)")
+    p.add_argument(
+        "--build-only", action="store_true", help="build the store from the finished windows; measure nothing"
+    )
+    p.set_defaults(func=cmd_configurations)
     p = subparsers.add_parser("figures", help="regenerate the explorers' default pictures in data/figures/")
     p.set_defaults(func=cmd_figures)
     for name, func, what in (

@@ -17,6 +17,7 @@ Scores of -inf (masked distances) are allowed and contribute nothing.
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import numpy as np
@@ -205,8 +206,14 @@ def diagonal_counts(T: int, block: int | None = None, device: torch.device | str
     if block is None:
         return T - n
     _check_block(T, block)
-    offsets = torch.arange(T, device=device) % block  # (T,): each query's offset in its block
-    past_first = torch.arange(T, device=device) >= block  # only queries after the first block reach back
+    return _bca_counts(T, block).to(device).clone()  # a (T, T) comparison: computed once per (T, block)
+
+
+@functools.lru_cache(maxsize=16)
+def _bca_counts(T: int, block: int) -> torch.Tensor:
+    n = torch.arange(T, dtype=torch.float64)
+    offsets = torch.arange(T) % block  # (T,): each query's offset in its block
+    past_first = torch.arange(T) >= block  # only queries after the first block reach back
     lag = (n - block).clamp(min=0)  # (T,)
     partial = ((offsets[None, :] >= lag[:, None]) & past_first[None, :]).sum(-1).double()  # (T,) for n >= block
     return torch.where(n < block, T - n, torch.where(n < 2 * block, partial, torch.zeros_like(n)))

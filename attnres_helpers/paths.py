@@ -44,6 +44,10 @@ REPRODUCE_COMMAND = "python -m attnres_helpers reproduce"
 HF_COMMAND = "python -m attnres_helpers hf-train"
 FAMILY_COMMAND = "python -m attnres_helpers family"
 FAMILY_V2_COMMAND = "python -m attnres_helpers family-v2"
+CONFIGURATIONS_COMMAND = "python -m attnres_helpers configurations"
+CONFIGURATIONS_RUNS = RUNS / "configurations"  # one file per (configuration, T, window), git-ignored
+CONFIGURATIONS_STORE = RESULTS / "configurations.safetensors"  # notebook 08's store (plan v3)
+CONFIGURATIONS_PLAN = RESULTS / "configurations_plan_v3.md"
 # Each folder of trained runs: the command that makes it, and the store its measurements go to.
 RUN_FOLDERS = {
     HF_CHECKPOINTS: (HF_COMMAND, RESULTS / "hf.safetensors"),

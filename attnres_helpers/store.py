@@ -35,6 +35,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from .files import save_safetensors
+from .masks import Mask
 from .metric import (
     BOUNDARIES,
     HEAD_MODES,
@@ -147,7 +148,14 @@ class Profile:
         """ŝ (layers, H, T) without the first-token entries (n, 0); None when the store has no key0."""
         if self.key0 is None:
             return None
-        return sink_free_scores(self.s_hat.double(), self.key0.double(), diagonal_counts(self.eval_len, self.block))
+        return sink_free_scores(self.s_hat.double(), self.key0.double(), self.pair_counts())
+
+    def pair_counts(self) -> torch.Tensor:
+        """Pairs per distance under this profile's mask: the run's ``mask`` (:class:`masks.Mask`, for an
+        inference-time configuration) where its metadata names one, else causal or BCA by ``bca``."""
+        if "mask" in self.meta:
+            return Mask(**self.meta["mask"]).pair_counts(self.eval_len)
+        return diagonal_counts(self.eval_len, self.block)
 
 
 def average_heads(profiles: list[Profile], lengths: Container[int] | None = None) -> list[Profile]:

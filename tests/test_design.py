@@ -11,8 +11,8 @@ MAX_LINES = 650
 # Low to high: a module may import its own layer's modules (not its own sub-package's siblings' parents)
 # and any lower layer, never a higher one.
 LAYERS = [
-    {"paths", "files", "metric", "model", "probe", "data"},  # the teaching core and the repository's files
-    {"encodings", "store"},
+    {"paths", "files", "metric", "model", "probe", "passkey", "masks", "data"},  # the teaching core and the repository's files
+    {"encodings", "store", "configured_store"},
     {"measure", "stats", "hf"},  # measuring: our models, statistics, transformers' models
     {"checkpoints", "train"},  # loading and training (an HF-built checkpoint needs hf's config)
     {"experiments"},  # what is trained, and the one runner

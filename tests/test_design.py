@@ -11,7 +11,7 @@ MAX_LINES = 650
 # Low to high: a module may import its own layer's modules (not its own sub-package's siblings' parents)
 # and any lower layer, never a higher one.
 LAYERS = [
-    {"paths", "files", "metric", "model", "probe", "passkey", "masks", "data"},  # the teaching core and the repository's files
+    {"paths", "files", "metric", "model", "probe", "passkey", "masks", "data"},  # the teaching core, the repo's files
     {"encodings", "store", "configured_store"},
     {"measure", "stats", "hf"},  # measuring: our models, statistics, transformers' models
     {"checkpoints", "train"},  # loading and training (an HF-built checkpoint needs hf's config)

@@ -14,8 +14,13 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("transformers")
 
+from attnres_helpers import configured_store  # noqa: E402
 from attnres_helpers.hf import attention, smollm2  # noqa: E402
+from attnres_helpers.hf.configurations import CONFIGURATIONS, applied  # noqa: E402
+from attnres_helpers.hf.configured import measure_configurations  # noqa: E402
 from attnres_helpers.hf.pretrained import held_out_ids, plan_windows, window_statistics  # noqa: E402
+from attnres_helpers.masks import expected_scores_masked  # noqa: E402
+from attnres_helpers.metric import expected_scores  # noqa: E402
 from attnres_helpers.paths import DATA  # noqa: E402
 from attnres_helpers.store import load_profiles, records  # noqa: E402
 
@@ -101,3 +106,64 @@ def test_a_tampered_converted_folder_is_refused(tmp_path, model):
         smollm2.verify(folder)
     with pytest.raises(FileNotFoundError, match="fetch-pretrained"):
         smollm2.verify(tmp_path / "absent")
+
+
+@pytest.mark.parametrize("name", list(CONFIGURATIONS))
+def test_each_configurations_capture_equals_eager_attention_at_256(model, name):
+    """Under every inference-time configuration (sizes from L = 128, so the masks bite at T = 256): the
+    captured scores give the model's own eager attention, and ŝ by FFT the masked scores' diagonal means."""
+    ids = held_out_ids(model)[None, :256]
+    with applied(model, CONFIGURATIONS[name], 128) as mask:
+        allowed = None if mask is None else mask.allowed(256)[None, None]
+        additive = (
+            None if mask is None else torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+        )
+        logits, layers = attention.capture(model, ids, allowed)
+        model.set_attn_implementation("eager")
+        try:
+            eager = model(input_ids=ids, attention_mask=additive, output_attentions=True)
+        finally:
+            model.set_attn_implementation("sdpa")
+    torch.testing.assert_close(logits, eager.logits, atol=5e-4, rtol=0)
+    for layer, probs in zip(layers, eager.attentions):
+        scores = attention.layer_scores(layer)
+        torch.testing.assert_close(scores.softmax(-1), probs, atol=2e-5, rtol=0)
+        explicit = expected_scores(scores.double()).mean(0)
+        fast = (
+            attention.layer_s_hat(layer)
+            if mask is None
+            else expected_scores_masked(layer.q, layer.k, layer.scaling, mask)
+        )
+        finite = torch.isfinite(explicit)
+        assert torch.equal(torch.isfinite(fast), finite)
+        torch.testing.assert_close(fast[finite], explicit[finite], atol=1e-5, rtol=1e-5)
+
+
+def test_configurations_marked_so_compute_what_the_model_as_trained_computes_inside_L(model):
+    ids = held_out_ids(model)[None, :256]
+    reference, _ = attention.capture(model, ids)
+    for c in CONFIGURATIONS.values():
+        with applied(model, c, 256) as mask:
+            logits, _ = attention.capture(model, ids, None if mask is None else mask.allowed(256)[None, None])
+        if c.same_as_trained_up_to_L:
+            torch.testing.assert_close(logits, reference, atol=1e-4, rtol=0)
+        else:
+            assert (logits - reference).abs().max() > 0.1, c.name
+    assert model.config.rope_parameters == {"rope_theta": 100000.0, "rope_type": "default"}  # restored
+
+
+def test_the_configurations_run_resumes_and_builds_its_store(model, tmp_path):
+    """The whole loop at a small L (1024, one window): every job measured once, a rerun measures none,
+    a window file of other settings is refused, and the store reads back with every configuration."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2.model_dir()), local_files_only=True)
+    folder = tmp_path / "runs"
+    assert measure_configurations(model, tokenizer, folder, "test", 1024, n_windows=1, progress=False) == 10
+    assert measure_configurations(model, tokenizer, folder, "test", 1024, n_windows=1, progress=False) == 0
+    with pytest.raises(ValueError, match="other settings \\(model\\)"):
+        measure_configurations(model, tokenizer, folder, "other", 1024, n_windows=1, progress=False)
+    same = [c.name for c in CONFIGURATIONS.values() if c.same_as_trained_up_to_L]
+    store = configured_store.load(configured_store.build(folder, tmp_path / "s.safetensors", same))
+    assert set(store.configurations()) == set(CONFIGURATIONS)
+    assert store.entry("as-trained", 1024).passed()[0, -4:].tolist()[:2] == [True, True]  # the ceiling controls

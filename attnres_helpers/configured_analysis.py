@@ -1,0 +1,219 @@
+"""Plan v3 as code (``data/results/configurations_plan_v3.md``, notebook 08): one model's configurations
+side by side, each number with a window-bootstrap interval, and the test across configurations.
+
+Every number is a query over the store of :mod:`attnres_helpers.configured_store`: per-window layer R
+(with and without the first-token sink), per-window NLL by block and per-trial passkey scores. A
+**window bootstrap** resamples the windows of a length with replacement, jointly for every configuration
+(they share the windows), ``n_resamples`` times, and gives the percentile interval at
+``confidence_level`` (scipy.stats' names). The test across configurations is Spearman's ρ with the
+exact permutation p over every ordering of the configurations (two-sided, mid-ranks).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .configured_store import ConfiguredStore, nll_mean
+from .passkey import KINDS
+from .stats import average_ranks
+
+VALIDITY = {"within_L": 0.5, "ceiling": 0.9, "absent": 0.05}  # plan v3's validity bars
+WITHIN_L_FRACTION = 0.5
+L_WINDOW_KEYS = ("R(L)", "R(L) sink-free", "passkey ≤ L/2 at L", "ceiling at L", "absent at L")  # from windows of L
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A value over windows with its window-bootstrap percentile interval."""
+
+    value: float
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        return f"{self.value:.4g} [{self.low:.4g}, {self.high:.4g}]"
+
+
+def _indices(n_windows: int, n_resamples: int, rng) -> np.ndarray:
+    """(n_resamples, n_windows) window indices drawn with replacement."""
+    return np.random.default_rng(rng).integers(0, n_windows, size=(n_resamples, n_windows))
+
+
+def _estimate(per_window: np.ndarray, draws: np.ndarray, confidence_level: float, ratio_of=None) -> Estimate:
+    """Mean over windows (or the ratio of two such means) with the interval over ``draws``."""
+    a = 100 * (1 - confidence_level) / 2
+    if ratio_of is None:
+        boot = per_window[draws].mean(-1)
+        return Estimate(float(per_window.mean()), *map(float, np.percentile(boot, [a, 100 - a])))
+    num, den = per_window, ratio_of
+    boot = num[draws[0]].mean(-1) / den[draws[1]].mean(-1)
+    return Estimate(float(num.mean() / den.mean()), *map(float, np.percentile(boot, [a, 100 - a])))
+
+
+def per_window(store: ConfiguredStore, configuration: str) -> dict[str, np.ndarray]:
+    """Each plan quantity of one configuration, one value per window (of L or of 2L, as named)."""
+    L = store.train_len
+    at_L, at_2L = store.entry(configuration, L), store.entry(configuration, 2 * L)
+    out = {
+        "R(L)": at_L.window_r.double().mean(-1).numpy(),
+        "R(L) sink-free": at_L.window_r_sink_free.double().mean(-1).numpy(),
+        "R(2L)": at_2L.window_r.double().mean(-1).numpy(),
+        "R(2L) sink-free": at_2L.window_r_sink_free.double().mean(-1).numpy(),
+        "NLL < L": nll_mean(at_2L, 0, L).numpy(),
+        "NLL ≥ L": nll_mean(at_2L, L, 2 * L).numpy(),
+    }
+    out["NLL rise"] = out["NLL ≥ L"] - out["NLL < L"]
+    for name, entry, pick in (
+        ("passkey ≤ L/2 at L", at_L, lambda d: (d > 0) & (d <= WITHIN_L_FRACTION * L)),
+        ("passkey ≤ L/2 at 2L", at_2L, lambda d: (d > 0) & (d <= WITHIN_L_FRACTION * L)),
+        ("passkey past L", at_2L, lambda d: d > L),
+    ):
+        trials = (entry.passkey["kind"] == KINDS.index("trial")).numpy() & pick(entry.passkey["distance"].numpy())
+        out[name] = _fraction(entry.passed().numpy(), trials)
+    for kind in ("ceiling", "absent"):
+        for T, entry in ((L, at_L), (2 * L, at_2L)):
+            mask = (entry.passkey["kind"] == KINDS.index(kind)).numpy()
+            out[f"{kind} at {'L' if T == L else '2L'}"] = _fraction(entry.passed().numpy(), mask)
+    return out
+
+
+def _fraction(passed: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per window, the fraction of the masked trials that passed (NaN where a window has none)."""
+    n = mask.sum(-1)
+    return np.where(n > 0, (passed & mask).sum(-1) / np.maximum(n, 1), np.nan)
+
+
+def summary(
+    store: ConfiguredStore, n_resamples: int = 10_000, confidence_level: float = 0.95, rng: int = 0
+) -> dict[str, dict[str, Estimate]]:
+    """{configuration: {quantity: Estimate}} for every configuration measured at both lengths; the drop
+    R(2L)/R(L) is the ratio of the two window means, its L and 2L windows resampled each on their own."""
+    L = store.train_len
+    names = [c for c in store.configurations() if _has_both(store, c, L)]
+    if not names:
+        return {}
+    W_L, W_2L = store.entry(names[0], L).windows, store.entry(names[0], 2 * L).windows
+    draws_L, draws_2L = _indices(W_L, n_resamples, rng), _indices(W_2L, n_resamples, rng + 1)
+    out = {}
+    for name in names:
+        values = per_window(store, name)
+        row = {}
+        for key, v in values.items():
+            draws = draws_L if key in L_WINDOW_KEYS else draws_2L
+            row[key] = _estimate(v, draws, confidence_level)
+        row["drop"] = _estimate(values["R(2L)"], (draws_2L, draws_L), confidence_level, ratio_of=values["R(L)"])
+        out[name] = row
+    return out
+
+
+def _has_both(store: ConfiguredStore, name: str, L: int) -> bool:
+    try:
+        store.entry(name, L), store.entry(name, 2 * L)
+    except KeyError:
+        return False
+    return True
+
+
+def exact_permutation_spearman(x, y) -> tuple[float, float]:
+    """(ρ, two-sided exact p): p is the share of all n! orderings of y whose |ρ| is at least the
+    observed |ρ| (up to 1e-12). For n <= 9."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) != len(y) or not 3 <= len(x) <= 9:
+        raise ValueError(f"exact permutation needs 3 to 9 paired values, got {len(x)} and {len(y)}")
+    rx, ry = average_ranks(x), average_ranks(y)
+    if np.all(rx == rx[0]) or np.all(ry == ry[0]):
+        return math.nan, math.nan
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    scale = np.sqrt((rx**2).sum() * (ry**2).sum())
+    rho = float(rx @ ry / scale)
+    perms = np.array(list(itertools.permutations(range(len(y)))))
+    rhos = ry[perms] @ rx / scale
+    return rho, float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))
+
+
+@dataclass(frozen=True)
+class CrossTest:
+    predictor: str
+    outcome: str
+    n: int
+    rho: float
+    p: float
+    low: float
+    high: float
+    largest_tie: int  # configurations sharing one outcome value
+
+
+def cross_test(
+    store: ConfiguredStore,
+    predictor: str,
+    outcome: str,
+    n_resamples: int = 10_000,
+    confidence_level: float = 0.95,
+    rng: int = 0,
+) -> CrossTest:
+    """ρ over the configurations between the window means of ``predictor`` and ``outcome``, its exact
+    permutation p, and its window-bootstrap interval (windows resampled jointly; resamples where either
+    side is constant are left out)."""
+    L = store.train_len
+    names = [c for c in store.configurations() if _has_both(store, c, L)]
+    values = {c: per_window(store, c) for c in names}
+    W_L, W_2L = len(values[names[0]]["R(L)"]), len(values[names[0]]["R(2L)"])
+
+    def mean(c: str, key: str, d_L: np.ndarray, d_2L: np.ndarray) -> float:
+        v = values[c]
+        if key == "drop":
+            return float(v["R(2L)"][d_2L].mean() / v["R(L)"][d_L].mean())
+        return float(np.nanmean(v[key][d_L if key in L_WINDOW_KEYS else d_2L]))
+
+    all_L, all_2L = np.arange(W_L), np.arange(W_2L)
+    x = np.array([mean(c, predictor, all_L, all_2L) for c in names])
+    y = np.array([mean(c, outcome, all_L, all_2L) for c in names])
+    rho, p = exact_permutation_spearman(x, y)
+    boot = []
+    for d_L, d_2L in zip(_indices(W_L, n_resamples, rng), _indices(W_2L, n_resamples, rng + 1)):
+        xb = [mean(c, predictor, d_L, d_2L) for c in names]
+        yb = [mean(c, outcome, d_L, d_2L) for c in names]
+        if len(set(xb)) > 1 and len(set(yb)) > 1:
+            boot.append(float(np.corrcoef(average_ranks(xb), average_ranks(yb))[0, 1]))
+    a = 100 * (1 - confidence_level) / 2
+    low, high = np.percentile(boot, [a, 100 - a]) if boot else (math.nan, math.nan)
+    largest_tie = max(np.unique(np.round(y, 12), return_counts=True)[1])
+    return CrossTest(predictor, outcome, len(names), rho, p, float(low), float(high), int(largest_tie))
+
+
+def validity(summaries: dict[str, dict[str, Estimate]]) -> tuple[bool, str]:
+    """Plan v3's validity check on the model as trained at T = L: (passes, the sentence that says so)."""
+    row = summaries["as-trained"]
+    within, ceiling, absent = row["passkey ≤ L/2 at L"], row["ceiling at L"], row["absent at L"]
+    checks = [
+        within.value >= VALIDITY["within_L"] and within.low > absent.value,
+        ceiling.value >= VALIDITY["ceiling"],
+        absent.value <= VALIDITY["absent"],
+    ]
+    ok = all(checks)
+    text = (
+        f"SmolLM2 as trained at T = L: passkey accuracy at d ≤ L/2 {within} (bar ≥ {VALIDITY['within_L']}, "
+        f"lower end above the absent control), ceiling control {ceiling} (bar ≥ {VALIDITY['ceiling']}), "
+        f"absent control {absent} (bar ≤ {VALIDITY['absent']}): "
+        + ("the probe is valid." if ok else "the probe fails its validity check; passkey numbers are descriptive only.")
+    )
+    return ok, text
+
+
+EXPECTED_SIGN = {"NLL rise": -1, "passkey past L": +1}
+
+
+def verdict(test: CrossTest, valid: bool = True) -> str:
+    """Plan v3's category for one outcome from its test."""
+    if test.outcome == "passkey past L" and (not valid or test.largest_tie >= 5):
+        return "inconclusive"
+    if math.isnan(test.rho):
+        return "inconclusive"
+    excludes_zero = test.low > 0 or test.high < 0
+    if test.p < 0.05 and excludes_zero:
+        return "supports" if np.sign(test.rho) == EXPECTED_SIGN[test.outcome] else "evidence against"
+    return "inconclusive"

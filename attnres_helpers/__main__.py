@@ -281,6 +281,22 @@ def cmd_results(args: argparse.Namespace) -> None:
     if args.store == "":
         raise ValueError("--store must name a store file, got an empty string")
     path = args.store or STORE
+    from . import configured_store
+
+    if configured_store.is_configured_store(path):
+        if args.boundary != "zero":
+            raise ValueError("a configurations store keeps R under the boundary 'zero' only (plan v3)")
+        recs = configured_store.records(configured_store.load(path))
+        if args.json:
+            _print_records(recs, True)
+            return
+        for r in recs:
+            where = f"{r['configuration']:12s} T {r['eval_len']:6d}"
+            if r.get("layer") == "mean":
+                print(f"{where}  layer mean  R {r['resolution']:.4f}  sink-free {r['resolution_sink_free']:.4f}")
+            elif "passkey" in r:
+                print(f"{where}  passkey {r['passkey']:8s} d {r['distance']:6d}  {r['accuracy']:.2f} of {r['trials']}")
+        return
     _print_records(records(load_profiles(path)[0], args.boundary, curves=load_curves(path) or None), args.json)
 
 

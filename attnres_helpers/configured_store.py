@@ -128,6 +128,9 @@ def build(folder: Path, store: Path, same_as_trained_up_to_L: list[str]) -> Path
             "rope": settings["rope"],
             "mask": settings["mask"],
         }
+    for prefix, (info, old) in _kept_from(store, entries, common).items():
+        entries[prefix] = info
+        tensors.update(old)
     about = {
         **common,
         "entries": entries,
@@ -137,6 +140,25 @@ def build(folder: Path, store: Path, same_as_trained_up_to_L: list[str]) -> Path
     }
     save_safetensors(store, tensors, {HEADER_KEY: json.dumps(about, allow_nan=False)})
     return store
+
+
+def _kept_from(store: Path, entries: dict, common: dict) -> dict[str, tuple[dict, dict]]:
+    """Entries of an existing ``store`` with more windows than the window files now give (files lost,
+    a cache cleared): a store never loses measured windows by being built again. A store measured with
+    other settings is refused, naming the fields."""
+    if not store.is_file() or not is_configured_store(store):
+        return {}
+    with safe_open(store, framework="pt") as f:
+        about = json.loads(f.metadata()[HEADER_KEY])
+        kept = {}
+        for prefix, info in about["entries"].items():
+            if prefix in entries and entries[prefix]["windows"] >= info["windows"]:
+                continue
+            kept[prefix] = (info, {n: f.get_tensor(n) for n in f.keys() if n.startswith(prefix + "/")})
+    differ = sorted(k for k in common if about.get(k) != common[k])
+    if kept and differ:
+        raise ValueError(f"{store} holds windows measured with other settings ({', '.join(differ)}); move it away")
+    return kept
 
 
 @dataclass(frozen=True)
@@ -182,6 +204,15 @@ class ConfiguredStore:
         if T <= self.train_len and configuration in self.about["same_as_trained_up_to_L"]:
             return self.entries[("as-trained", T)]
         raise KeyError(f"the store has no {configuration} at T = {T}")
+
+
+def is_configured_store(path: str | Path) -> bool:
+    """Whether ``path`` is a readable safetensors file whose header is this store's (False otherwise)."""
+    try:
+        with safe_open(Path(path), framework="pt") as f:
+            return HEADER_KEY in (f.metadata() or {})
+    except Exception:  # not a safetensors file at all: the ordinary store reader says why
+        return False
 
 
 def load(path: str | Path) -> ConfiguredStore:

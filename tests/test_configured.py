@@ -128,3 +128,11 @@ def test_a_torn_or_mislabelled_window_file_is_refused(tmp_path):
         cs.build(tmp_path, tmp_path / "s.safetensors", [])
     with pytest.raises(FileNotFoundError, match="no window files"):
         cs.build(tmp_path / "none", tmp_path / "s.safetensors", [])
+
+
+def test_building_again_never_loses_windows_the_files_no_longer_hold(store, tmp_path):
+    before = store.entry("bca", 2 * L).windows
+    (tmp_path / "w" / "bca" / str(2 * L) / "window-2.safetensors").unlink()
+    again = cs.load(cs.build(tmp_path / "w", tmp_path / "s.safetensors", ["bca"]))
+    assert again.entry("bca", 2 * L).windows == before == 3
+    assert torch.equal(again.entry("bca", 2 * L).window_r, store.entry("bca", 2 * L).window_r)

@@ -226,8 +226,11 @@ def cmd_configurations(args: argparse.Namespace) -> None:
         finally:
             if log is not None:
                 log.close()
-    same = [c.name for c in CONFIGURATIONS.values() if c.same_as_trained_up_to_L]
-    print(build(CONFIGURATIONS_RUNS, store, same))
+    known = {
+        c.name: {"label": c.label, "same_as_trained_up_to_L": c.same_as_trained_up_to_L}
+        for c in CONFIGURATIONS.values()
+    }
+    print(build(CONFIGURATIONS_RUNS, store, known))
 
 
 FIGURES = (("explorer_default.png", "explorer"), ("trained_explorer_default.png", "trained"))  # in data/figures/

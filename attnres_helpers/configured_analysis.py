@@ -55,29 +55,27 @@ def _estimate(per_window: np.ndarray, draws: np.ndarray, confidence_level: float
 
 
 def per_window(store: ConfiguredStore, configuration: str) -> dict[str, np.ndarray]:
-    """Each plan quantity of one configuration, one value per window (of L or of 2L, as named)."""
+    """Each plan quantity of one configuration, one value per window (of L or of 2L, as named); the
+    quantities of a length not yet measured are absent."""
     L = store.train_len
-    at_L, at_2L = store.entry(configuration, L), store.entry(configuration, 2 * L)
-    out = {
-        "R(L)": at_L.window_r.double().mean(-1).numpy(),
-        "R(L) sink-free": at_L.window_r_sink_free.double().mean(-1).numpy(),
-        "R(2L)": at_2L.window_r.double().mean(-1).numpy(),
-        "R(2L) sink-free": at_2L.window_r_sink_free.double().mean(-1).numpy(),
-        "NLL < L": nll_mean(at_2L, 0, L).numpy(),
-        "NLL ≥ L": nll_mean(at_2L, L, 2 * L).numpy(),
-    }
-    out["NLL rise"] = out["NLL ≥ L"] - out["NLL < L"]
-    for name, entry, pick in (
-        ("passkey ≤ L/2 at L", at_L, lambda d: (d > 0) & (d <= WITHIN_L_FRACTION * L)),
-        ("passkey ≤ L/2 at 2L", at_2L, lambda d: (d > 0) & (d <= WITHIN_L_FRACTION * L)),
-        ("passkey past L", at_2L, lambda d: d > L),
-    ):
-        trials = (entry.passkey["kind"] == KINDS.index("trial")).numpy() & pick(entry.passkey["distance"].numpy())
-        out[name] = _fraction(entry.passed().numpy(), trials)
-    for kind in ("ceiling", "absent"):
-        for T, entry in ((L, at_L), (2 * L, at_2L)):
-            mask = (entry.passkey["kind"] == KINDS.index(kind)).numpy()
-            out[f"{kind} at {'L' if T == L else '2L'}"] = _fraction(entry.passed().numpy(), mask)
+    out = {}
+    for T, tag in ((L, "L"), (2 * L, "2L")):
+        try:
+            entry = store.entry(configuration, T)
+        except KeyError:
+            continue
+        out[f"R({tag})"] = entry.window_r.double().mean(-1).numpy()
+        out[f"R({tag}) sink-free"] = entry.window_r_sink_free.double().mean(-1).numpy()
+        passed, kinds, d = entry.passed().numpy(), entry.passkey["kind"].numpy(), entry.passkey["distance"].numpy()
+        trials = kinds == KINDS.index("trial")
+        out[f"passkey ≤ L/2 at {tag}"] = _fraction(passed, trials & (d <= WITHIN_L_FRACTION * L))
+        for kind in ("ceiling", "absent"):
+            out[f"{kind} at {tag}"] = _fraction(passed, kinds == KINDS.index(kind))
+        if T == 2 * L:
+            out["passkey past L"] = _fraction(passed, trials & (d > L))
+            out["NLL < L"] = nll_mean(entry, 0, L).numpy()
+            out["NLL ≥ L"] = nll_mean(entry, L, 2 * L).numpy()
+            out["NLL rise"] = out["NLL ≥ L"] - out["NLL < L"]
     return out
 
 
@@ -90,22 +88,24 @@ def _fraction(passed: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def summary(
     store: ConfiguredStore, n_resamples: int = 10_000, confidence_level: float = 0.95, rng: int = 0
 ) -> dict[str, dict[str, Estimate]]:
-    """{configuration: {quantity: Estimate}} for every configuration measured at both lengths; the drop
-    R(2L)/R(L) is the ratio of the two window means, its L and 2L windows resampled each on their own."""
-    L = store.train_len
-    names = [c for c in store.configurations() if _has_both(store, c, L)]
-    if not names:
-        return {}
-    W_L, W_2L = store.entry(names[0], L).windows, store.entry(names[0], 2 * L).windows
-    draws_L, draws_2L = _indices(W_L, n_resamples, rng), _indices(W_2L, n_resamples, rng + 1)
+    """{configuration: {quantity: Estimate}} for every configuration in the store (the quantities of the
+    lengths it has); the drop R(2L)/R(L) is the ratio of the two window means. Windows are resampled
+    jointly for every configuration: the same draws wherever the window count is the same."""
+    draws = {}  # the same draws for every configuration: by (length, window count)
+
+    def of(key: str, n: int) -> np.ndarray:
+        at = "L" if key in L_WINDOW_KEYS else "2L"
+        if (at, n) not in draws:
+            draws[(at, n)] = _indices(n, n_resamples, rng + (at == "2L"))
+        return draws[(at, n)]
+
     out = {}
-    for name in names:
+    for name in store.configurations():
         values = per_window(store, name)
-        row = {}
-        for key, v in values.items():
-            draws = draws_L if key in L_WINDOW_KEYS else draws_2L
-            row[key] = _estimate(v, draws, confidence_level)
-        row["drop"] = _estimate(values["R(2L)"], (draws_2L, draws_L), confidence_level, ratio_of=values["R(L)"])
+        row = {k: _estimate(v, of(k, len(v)), confidence_level) for k, v in values.items()}
+        if "R(L)" in values and "R(2L)" in values:
+            pair = (of("R(2L)", len(values["R(2L)"])), of("R(L)", len(values["R(L)"])))
+            row["drop"] = _estimate(values["R(2L)"], pair, confidence_level, ratio_of=values["R(L)"])
         out[name] = row
     return out
 
@@ -161,7 +161,9 @@ def cross_test(
     L = store.train_len
     names = [c for c in store.configurations() if _has_both(store, c, L)]
     values = {c: per_window(store, c) for c in names}
-    W_L, W_2L = len(values[names[0]]["R(L)"]), len(values[names[0]]["R(2L)"])
+    # the windows every configuration has (a run still under way leaves some one window ahead)
+    W_L, W_2L = (min(len(values[c][k]) for c in names) for k in ("R(L)", "R(2L)"))
+    values = {c: {k: v[: W_L if k in L_WINDOW_KEYS else W_2L] for k, v in vals.items()} for c, vals in values.items()}
 
     def mean(c: str, key: str, d_L: np.ndarray, d_2L: np.ndarray) -> float:
         v = values[c]

@@ -84,10 +84,11 @@ def _window_values(settings: dict, trials: list[dict], tensors: dict) -> dict[st
     }
 
 
-def build(folder: Path, store: Path, same_as_trained_up_to_L: list[str]) -> Path:
+def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
     """Write ``store`` from every finished window file under ``folder`` (``<configuration>/<T>/window-<w>``).
     A (configuration, T) enters with its windows 0 … n − 1 that are all present; the header says how many.
-    ``same_as_trained_up_to_L``: the configurations read as the model as trained inside L."""
+    ``configurations``: {name: {"label": ..., "same_as_trained_up_to_L": bool}}, kept in the header (those
+    marked are read as the model as trained inside L)."""
     folder, store = Path(folder), Path(store)
     files = sorted(folder.glob("*/*/window-*.safetensors"))
     if not files:
@@ -134,7 +135,7 @@ def build(folder: Path, store: Path, same_as_trained_up_to_L: list[str]) -> Path
     about = {
         **common,
         "entries": entries,
-        "same_as_trained_up_to_L": list(same_as_trained_up_to_L),
+        "configurations": configurations,
         "nll_block": NLL_BLOCK,
         "command": "python -m attnres_helpers configurations",
     }
@@ -195,13 +196,19 @@ class ConfiguredStore:
         return self.about["train_len"]
 
     def configurations(self) -> list[str]:
-        return list(dict.fromkeys(name for name, _ in self.entries))
+        """The measured configurations, in the registry's order."""
+        measured = {name for name, _ in self.entries}
+        return [name for name in self.about["configurations"] if name in measured]
+
+    def labels(self) -> dict[str, str]:
+        return {name: info["label"] for name, info in self.about["configurations"].items()}
 
     def entry(self, configuration: str, T: int) -> Entry:
         """The entry; inside L a configuration that equals the model as trained there reads as-trained's."""
         if (configuration, T) in self.entries:
             return self.entries[(configuration, T)]
-        if T <= self.train_len and configuration in self.about["same_as_trained_up_to_L"]:
+        known = self.about["configurations"].get(configuration, {})
+        if T <= self.train_len and known.get("same_as_trained_up_to_L"):
             return self.entries[("as-trained", T)]
         raise KeyError(f"the store has no {configuration} at T = {T}")
 

@@ -17,6 +17,7 @@ from attnres_helpers.stats import spearman
 
 L, LAYERS, H = 1024, 2, 3
 CONFIGS = {"as-trained": None, "bca": {"kind": "bca", "size": 512, "sinks": 0}, "pi-2": None}
+KNOWN = {name: {"label": name.upper(), "same_as_trained_up_to_L": name == "bca"} for name in CONFIGS}
 
 
 def window_file(folder, name, T, w, scale, correct):
@@ -71,7 +72,7 @@ def store(tmp_path):
         window_file(tmp_path / "w", "pi-2", L, w, 0.2, w > 0)
         for name, scale, correct in (("as-trained", 0.3, False), ("bca", 0.05, False), ("pi-2", 0.1, True)):
             window_file(tmp_path / "w", name, 2 * L, w, scale + 0.01 * w, correct)
-    return cs.load(cs.build(tmp_path / "w", tmp_path / "s.safetensors", ["bca"]))
+    return cs.load(cs.build(tmp_path / "w", tmp_path / "s.safetensors", KNOWN))
 
 
 def test_the_store_keeps_each_windows_r_and_the_text_nll(store):
@@ -122,17 +123,17 @@ def test_a_torn_or_mislabelled_window_file_is_refused(tmp_path):
     path.rename(path.with_name("window-1.safetensors"))
     window_file(tmp_path, "as-trained", L, 0, 0.5, True)
     with pytest.raises(ValueError, match="window-1.safetensors holds"):
-        cs.build(tmp_path, tmp_path / "s.safetensors", [])
+        cs.build(tmp_path, tmp_path / "s.safetensors", KNOWN)
     path.with_name("window-1.safetensors").write_bytes(b"torn")
     with pytest.raises(ValueError, match="window-1.safetensors is unreadable"):
-        cs.build(tmp_path, tmp_path / "s.safetensors", [])
+        cs.build(tmp_path, tmp_path / "s.safetensors", KNOWN)
     with pytest.raises(FileNotFoundError, match="no window files"):
-        cs.build(tmp_path / "none", tmp_path / "s.safetensors", [])
+        cs.build(tmp_path / "none", tmp_path / "s.safetensors", KNOWN)
 
 
 def test_building_again_never_loses_windows_the_files_no_longer_hold(store, tmp_path):
     before = store.entry("bca", 2 * L).windows
     (tmp_path / "w" / "bca" / str(2 * L) / "window-2.safetensors").unlink()
-    again = cs.load(cs.build(tmp_path / "w", tmp_path / "s.safetensors", ["bca"]))
+    again = cs.load(cs.build(tmp_path / "w", tmp_path / "s.safetensors", KNOWN))
     assert again.entry("bca", 2 * L).windows == before == 3
     assert torch.equal(again.entry("bca", 2 * L).window_r, store.entry("bca", 2 * L).window_r)

@@ -24,6 +24,8 @@ LAYERS = [
         "plots",
         "family_plots",
         "widgets",
+        "configured_analysis",
+        "configured_plots",
     },  # queries and pictures over stores
     {"__main__", "__init__"},
 ]
@@ -34,6 +36,8 @@ STORE_CONSUMERS = [
     "checks.py",
     "analysis.py",
     "real_model.py",
+    "configured_analysis.py",
+    "configured_plots.py",
     "widgets/trained.py",
     "widgets/trained_figure.py",
 ]

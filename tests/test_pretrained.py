@@ -163,7 +163,10 @@ def test_the_configurations_run_resumes_and_builds_its_store(model, tmp_path):
     assert measure_configurations(model, tokenizer, folder, "test", 1024, n_windows=1, progress=False) == 0
     with pytest.raises(ValueError, match="other settings \\(model\\)"):
         measure_configurations(model, tokenizer, folder, "other", 1024, n_windows=1, progress=False)
-    same = [c.name for c in CONFIGURATIONS.values() if c.same_as_trained_up_to_L]
-    store = configured_store.load(configured_store.build(folder, tmp_path / "s.safetensors", same))
+    known = {
+        c.name: {"label": c.label, "same_as_trained_up_to_L": c.same_as_trained_up_to_L}
+        for c in CONFIGURATIONS.values()
+    }
+    store = configured_store.load(configured_store.build(folder, tmp_path / "s.safetensors", known))
     assert set(store.configurations()) == set(CONFIGURATIONS)
     assert store.entry("as-trained", 1024).passed()[0, -4:].tolist()[:2] == [True, True]  # the ceiling controls

@@ -72,6 +72,8 @@ def per_window(store: ConfiguredStore, configuration: str) -> dict[str, np.ndarr
         for kind in ("ceiling", "absent"):
             out[f"{kind} at {tag}"] = _fraction(passed, kinds == KINDS.index(kind))
         if T == 2 * L:
+            mask = store.about["entries"][f"{entry.configuration}/{T}"]["mask"]
+            out["reach"] = np.full(entry.windows, float(mask["kind"] == "causal"))  # every earlier key seen at 2L
             out["passkey past L"] = _fraction(passed, trials & (d > L))
             out["NLL < L"] = nll_mean(entry, 0, L).numpy()
             out["NLL ≥ L"] = nll_mean(entry, L, 2 * L).numpy()
@@ -219,3 +221,55 @@ def verdict(test: CrossTest, valid: bool = True) -> str:
     if test.p < 0.05 and excludes_zero:
         return "supports" if np.sign(test.rho) == EXPECTED_SIGN[test.outcome] else "evidence against"
     return "inconclusive"
+
+
+PREDICTORS = ("R(2L)", "R(2L) sink-free", "drop")  # the primary first
+BASELINES = ("R(L)", "reach")
+OUTCOMES = ("NLL rise", "passkey past L")
+
+
+def test_rows(store: ConfiguredStore, n_resamples: int = 10_000, rng: int = 0) -> list[CrossTest]:
+    """Every predictor and baseline against both outcomes (:func:`cross_test`); empty until at least
+    three configurations have both lengths."""
+    L = store.train_len
+    if sum(_has_both(store, c, L) for c in store.configurations()) < 3:
+        return []
+    out = []
+    for outcome in OUTCOMES:
+        for predictor in PREDICTORS + BASELINES:
+            try:
+                out.append(cross_test(store, predictor, outcome, n_resamples, rng=rng))
+            except ValueError:  # a constant side (e.g. every configuration at one value): no ranking
+                continue
+    return out
+
+
+def verdict_text(tests: list[CrossTest], valid: bool) -> list[str]:
+    """One sentence per outcome: the plan's category for the primary predictor, its numbers, and whether
+    the reach indicator orders the outcome at least as well."""
+    lines = []
+    for outcome in OUTCOMES:
+        primary = next((t for t in tests if t.outcome == outcome and t.predictor == PREDICTORS[0]), None)
+        if primary is None:
+            lines.append(f"{outcome}: not enough configurations measured at both lengths for the test yet.")
+            continue
+        reach = next((t for t in tests if t.outcome == outcome and t.predictor == "reach"), None)
+        category = verdict(primary, valid)
+        text = (
+            f"{outcome}: **{category}**. R(2L) with the sink against {outcome} over {primary.n} configurations: "
+            f"ρ = {primary.rho:+.2f}, window-bootstrap 95% interval [{primary.low:+.2f}, {primary.high:+.2f}], "
+            f"exact permutation p = {primary.p:.3f}"
+        )
+        if outcome == "passkey past L" and primary.largest_tie >= 5:
+            text += f"; {primary.largest_tie} configurations share one accuracy, too few distinct values to rank"
+        if outcome == "passkey past L" and not valid:
+            text += "; the probe failed its validity check, so this outcome is descriptive only"
+        if reach is not None and not math.isnan(reach.rho):
+            as_well = abs(reach.rho) >= abs(primary.rho)
+            text += f". The reach indicator alone: ρ = {reach.rho:+.2f} (p = {reach.p:.3f}), " + (
+                "at least as strong as R." if as_well else "weaker than R."
+            )
+        else:
+            text += "."
+        lines.append(text)
+    return lines

@@ -76,3 +76,22 @@ def made_by(run_dir: Path) -> tuple[str, Path]:
         except (OSError, ValueError, AttributeError):
             pass
     return RUN_FOLDERS[CHECKPOINTS]
+
+
+def first_commit(path: Path) -> str:
+    """The commit that added ``path`` to git ("<hash> <date>"), or why it cannot be told here (not a
+    clone, git missing, the file not committed): the order of a plan and its data, printed by notebooks."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["git", "log", "--diff-filter=A", "--format=%h %ad", "--date=short", "--", str(path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "git is not available here"
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if done.returncode == 0 and lines else "not in git here"

@@ -233,6 +233,14 @@ def cmd_configurations(args: argparse.Namespace) -> None:
     print(build(CONFIGURATIONS_RUNS, store, known))
 
 
+def cmd_copy_control(args: argparse.Namespace) -> None:
+    """The copy probe's scrambled control on notebook 03's shipped checkpoints (verified first)."""
+    from .experiments.copy_control import measure_copy_control
+
+    _set_threads(args.threads)
+    print(measure_copy_control())
+
+
 FIGURES = (("explorer_default.png", "explorer"), ("trained_explorer_default.png", "trained"))  # in data/figures/
 
 
@@ -363,6 +371,9 @@ def _add_experiment_parsers(subparsers) -> None:
         "--build-only", action="store_true", help="build the store from the finished windows; measure nothing"
     )
     p.set_defaults(func=cmd_configurations)
+    p = subparsers.add_parser("copy-control", help="the copy probe's scrambled control on notebook 03's checkpoints")
+    p.add_argument("--threads", type=_threads, default=1, help="torch CPU threads; 0: torch's default")
+    p.set_defaults(func=cmd_copy_control)
     p = subparsers.add_parser("figures", help="regenerate the explorers' default pictures in data/figures/")
     p.set_defaults(func=cmd_figures)
     for name, func, what in (

@@ -41,11 +41,20 @@ def gaps_for(train_len: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class CopyProbes:
-    """``n`` probes: ``spans`` and ``controls`` (n, S) and ``gap_text`` (n, max_gap) int64 token ids."""
+    """``n`` probes: ``spans`` and ``controls`` (n, S) and ``gap_text`` (n, max_gap) int64 token ids;
+    ``orders`` (n, S): a random permutation of each span's positions (the scrambled control)."""
 
     spans: torch.Tensor
     controls: torch.Tensor
     gap_text: torch.Tensor
+    orders: torch.Tensor
+
+    def scrambled(self, gap: int) -> torch.Tensor:
+        """The scrambled-control windows (n, 2S + gap): [the span's bytes in a random order][gap][span],
+        the same bytes as the copy window's first span, without their order."""
+        copy, _ = self.windows(gap)
+        S = self.spans.shape[1]
+        return torch.cat([self.spans.gather(1, self.orders), copy[:, S:]], dim=1)
 
     def windows(self, gap: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(copy, control) windows (n, 2S + gap): [span][gap][span] and [control][gap][span]."""
@@ -77,8 +86,9 @@ def copy_probes(
         )
     picks = np.random.default_rng(rng).choice(n_blocks, size=3 * n_probes, replace=False)
     blocks = tokens[: n_blocks * block].view(n_blocks, block).long()[torch.from_numpy(picks)]  # (3n, block)
+    orders = torch.from_numpy(np.random.default_rng([rng, 1]).permuted(np.tile(np.arange(span), (n_probes, 1)), axis=1))
     return CopyProbes(
-        blocks[:n_probes, :span], blocks[n_probes : 2 * n_probes, :span], blocks[2 * n_probes :, :max_gap]
+        blocks[:n_probes, :span], blocks[n_probes : 2 * n_probes, :span], blocks[2 * n_probes :, :max_gap], orders
     )
 
 
@@ -128,12 +138,15 @@ class CopyCurve:
         return float(self.gains()[self.gaps.index(gap)].mean())
 
 
-def copy_curve(model: torch.nn.Module, probes: CopyProbes, gaps: Sequence[int], bca: bool = False) -> CopyCurve:
-    """The copy probe at every gap (the same probes at each)."""
+def copy_curve(
+    model: torch.nn.Module, probes: CopyProbes, gaps: Sequence[int], bca: bool = False, scrambled: bool = False
+) -> CopyCurve:
+    """The copy probe at every gap (the same probes at each); ``scrambled``: against the scrambled control
+    instead of the unrelated span."""
     span = probes.spans.shape[1]
     copy, control = [], []
     for gap in gaps:
         with_copy, without = probes.windows(gap)
         copy.append(span_nll(model, with_copy, span, bca))
-        control.append(span_nll(model, without, span, bca))
+        control.append(span_nll(model, probes.scrambled(gap) if scrambled else without, span, bca))
     return CopyCurve(tuple(int(g) for g in gaps), torch.stack(copy), torch.stack(control))

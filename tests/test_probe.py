@@ -100,3 +100,27 @@ def test_the_reach_under_bca_is_the_mask_stacked_layer_by_layer(train_len, n_lay
         reach = torch.linalg.matrix_power(step, n_layer) > 0  # (T, T)
         expected = bool(reach[span + gap - 1 : T - 1, :span].any())
         assert first_copy_in_reach_under_bca(gap, train_len, n_layer, span) == expected, gap
+
+
+class Unigram(nn.Module):
+    """Predicts each byte by how often it occurred earlier in the window: blind to order."""
+
+    def forward(self, idx, targets=None, bca=False):
+        counts = nn.functional.one_hot(idx, 256).double().cumsum(1)  # (B, T, 256): bytes up to and incl. t
+        return torch.log(counts + 1.0).float(), None
+
+
+def test_the_scrambled_control_has_the_spans_bytes_without_their_order(probes):
+    scrambled = probes.scrambled(64)
+    copy, _ = probes.windows(64)
+    assert torch.equal(scrambled[:, SPAN:], copy[:, SPAN:])
+    assert torch.equal(scrambled[:, :SPAN].sort(-1).values, probes.spans.sort(-1).values)  # the same bytes
+    assert (scrambled[:, :SPAN] != probes.spans).any(-1).float().mean() > 0.9  # in another order
+
+
+def test_ordered_copying_beats_the_scrambled_control_and_a_bag_of_bytes_does_not(probes):
+    gaps = (0, 64)
+    copier = copy_curve(Copier(SPAN + 64), probes, (64,), scrambled=True)
+    assert copier.gain(64) > 5.0  # the copy is exact, the scrambled span useless at that distance
+    bag = copy_curve(Unigram(), probes, gaps, scrambled=True)
+    assert torch.allclose(bag.gains(), torch.zeros_like(bag.gains()), atol=1e-5)  # the same bytes, in any order

@@ -663,3 +663,23 @@ def test_resolution_stat_and_temperature_for_a_geometric_profile():
         temperature_for(profiles, "steep", 0.8, bounds=(1.0, 2.0))
     with pytest.raises(ValueError, match="no profiles"):
         resolution_stat(profiles, "rope")
+
+
+def test_scrambled_control_rows_average_each_gap_over_seeds():
+    from attnres_helpers.probe import CopyCurve
+    from attnres_helpers.tables import scrambled_control_rows
+
+    gaps = (0, 64, 192)
+
+    def curve(gain):  # a gain of ``gain`` at every gap and probe
+        return CopyCurve(gaps, torch.ones(3, 4, dtype=torch.float64), torch.ones(3, 4, dtype=torch.float64) + gain)
+
+    control = {("rope-s0", False): curve(0.1), ("rope-s1", False): curve(0.3), ("rope-s0", True): curve(9.0)}
+    curves = {("rope-s0", False): curve(1.0), ("rope-s1", False): curve(2.0)}
+    (row,) = scrambled_control_rows(curves, control, 128)
+    assert (
+        row["seeds"] == 2
+        and row["g = L/2"].mean == pytest.approx(0.2)
+        and row["g = 3L/2"].values == pytest.approx((0.1, 0.3))
+    )
+    assert row["unrelated, g = L/2"].mean == pytest.approx(1.5)  # the BCA curve is left out

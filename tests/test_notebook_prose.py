@@ -1,0 +1,29 @@
+"""Phrases a reading group found going further than the data (issue 28): once removed, they stay out."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REMOVED = {
+    "means a very local pattern": "R near 0.9 says the weight sits on one distance, which need not be near",
+    "the order of the paper's Table 3": "SmolLM2's R at L is about half of Table 3's values",
+    "interim until the family is complete": "plan v2's family is complete",
+    "as notebook 05's family (400 steps": "400 steps was plan v1's family; plan v2's trains for 1600",
+    "it carries $R$ (notebook 06)": "the pretrained model is in notebook 07",
+}
+TEXTS = sorted(ROOT.glob("notebooks/*.ipynb")) + [ROOT / "README.md"]
+
+
+def prose(path: Path) -> str:
+    if path.suffix == ".md":
+        return path.read_text()
+    return "\n".join(c.source for c in nbformat.read(path, 4).cells if c.cell_type == "markdown")
+
+
+@pytest.mark.parametrize("path", TEXTS, ids=lambda p: p.name)
+def test_removed_phrases_stay_out(path):
+    text = prose(path)
+    found = {phrase: why for phrase, why in REMOVED.items() if phrase in text}
+    assert not found, f"{path.name}: {found}"

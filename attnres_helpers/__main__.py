@@ -201,16 +201,15 @@ def cmd_configurations(args: argparse.Namespace) -> None:
 
     store = Path(args.store) if args.store else CONFIGURATIONS_STORE
     if not args.build_only:
-        from transformers import AutoTokenizer
-
         from .files import exclusive
         from .hf import smollm2
         from .hf.configured import measure_configurations
+        from .hf.pretrained import load_tokenizer
 
         _set_threads(args.threads)
         folder = smollm2.verify()
         model = smollm2.load(folder)
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        tokenizer = load_tokenizer(folder)
         log = open(args.log, "a") if args.log else None  # noqa: SIM115 (closed below)
         try:
             with exclusive(CONFIGURATIONS_RUNS / "measuring"):

@@ -299,3 +299,19 @@ def test_measure_pretrained_from_a_local_folder(tmp_path):
 def test_cli_measure_hf_error_is_one_line(cli, tmp_path):
     out = cli("measure-hf", "--model", str(tmp_path / "none"))
     assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error:")
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json"])
+def test_a_folder_that_names_code_of_its_own_is_refused_before_loading(tmp_path, name):
+    """Issue 31: an auto_map in a folder's config or tokenizer config would have transformers offer to
+    run the folder's Python; the folder is refused in one line, and nothing is loaded."""
+    import json
+
+    from attnres_helpers.hf.pretrained import load_pretrained, load_tokenizer
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1}))
+    (tmp_path / name).write_text(json.dumps({"auto_map": {"AutoTokenizer": ["evil.Tokenizer", None]}}))
+    with pytest.raises(ValueError, match="never runs a model folder's code"):
+        load_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="never runs a model folder's code"):
+        load_tokenizer(tmp_path)

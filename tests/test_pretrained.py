@@ -18,7 +18,7 @@ from attnres_helpers import configured_store  # noqa: E402
 from attnres_helpers.hf import attention, smollm2  # noqa: E402
 from attnres_helpers.hf.configurations import CONFIGURATIONS, applied  # noqa: E402
 from attnres_helpers.hf.configured import measure_configurations  # noqa: E402
-from attnres_helpers.hf.pretrained import held_out_ids, plan_windows, window_statistics  # noqa: E402
+from attnres_helpers.hf.pretrained import held_out_ids, load_tokenizer, plan_windows, window_statistics  # noqa: E402
 from attnres_helpers.masks import expected_scores_masked  # noqa: E402
 from attnres_helpers.metric import expected_scores  # noqa: E402
 from attnres_helpers.paths import DATA  # noqa: E402
@@ -155,9 +155,7 @@ def test_configurations_marked_so_compute_what_the_model_as_trained_computes_ins
 def test_the_configurations_run_resumes_and_builds_its_store(model, tmp_path):
     """The whole loop at a small L (1024, one window): every job measured once, a rerun measures none,
     a window file of other settings is refused, and the store reads back with every configuration."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(smollm2.model_dir()), local_files_only=True)
+    tokenizer = load_tokenizer(smollm2.model_dir())
     folder = tmp_path / "runs"
     assert measure_configurations(model, tokenizer, folder, "test", 1024, n_windows=1, progress=False) == 10
     assert measure_configurations(model, tokenizer, folder, "test", 1024, n_windows=1, progress=False) == 0

@@ -129,12 +129,40 @@ def held_out_ids(folder_or_model: PreTrainedModel | str | Path) -> torch.Tensor:
     config = getattr(folder_or_model, "config", None)
     if config is not None and config.vocab_size == 256:
         return held_out.long()
-    from transformers import AutoTokenizer
-
     folder = folder_or_model if config is None else config._name_or_path
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tokenizer = load_tokenizer(folder)
     text = bytes(held_out.tolist()).decode("utf-8", errors="replace")
     return torch.tensor(tokenizer(text)["input_ids"], dtype=torch.long)
+
+
+def load_tokenizer(folder: str | Path):
+    """A model folder's tokenizer, offline, never running code of the folder's own (``auto_map`` refused)."""
+    from transformers import AutoTokenizer
+
+    refuse_custom_code(Path(folder))
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+
+
+CODE_FILES = ("config.json", "tokenizer_config.json")  # where a folder can name code of its own (auto_map)
+
+
+def refuse_custom_code(folder: Path) -> None:
+    """A one-line error if ``folder``'s config or tokenizer config names code of its own (``auto_map``):
+    this project never runs a model folder's code."""
+    for name in CODE_FILES:
+        path = Path(folder) / name
+        if not path.is_file():
+            continue
+        if path.stat().st_size > 1 << 22:
+            raise ValueError(f"{path} is {path.stat().st_size} bytes, larger than any config (4 MiB at most)")
+        try:
+            keys = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path} is not valid JSON ({err})") from None
+        if isinstance(keys, dict) and "auto_map" in keys:
+            raise ValueError(
+                f"{path} names code of the folder's own (auto_map); this project never runs a model folder's code"
+            )
 
 
 def check_lengths(n_tokens: int, lengths: Sequence[int], n_windows: int) -> None:
@@ -307,6 +335,8 @@ def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0) -> Pre
     from transformers import AutoModelForCausalLM
 
     folder = _local_folder(name_or_path)
+    if folder is not None:
+        refuse_custom_code(folder)
     source = str(folder) if folder else str(name_or_path)
     if folder is None:
         _check_hub(source, hub_timeout_s)
@@ -317,7 +347,11 @@ def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0) -> Pre
     transformers_logging.set_verbosity_error()  # a failed load is our one line, not transformers' load report too
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            source, use_safetensors=True, local_files_only=folder is not None, dtype=torch.float32
+            source,
+            use_safetensors=True,
+            local_files_only=folder is not None,
+            dtype=torch.float32,
+            trust_remote_code=False,
         )
     except Exception as err:  # transformers' own errors, whatever their kind (a bad config, bad weights): one line
         raise ValueError(

@@ -99,8 +99,10 @@ def convert(gguf: Path, out: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf, out = Path(gguf), Path(out)
-    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantised = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32, trust_remote_code=False
+    )
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False)
     config = quantised.config.to_dict()
     config.pop("quantization_config", None)  # a GGUF-quantised model refuses save_pretrained; a plain one does not
     plain = type(quantised)(type(quantised.config).from_dict(config))

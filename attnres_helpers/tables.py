@@ -606,27 +606,3 @@ def record_mismatches(measured: list[dict], shipped: list[dict], tol: float = 1e
             if (x is None) != (y is None) or (x is not None and not math.isclose(x, y, rel_tol=tol, abs_tol=tol)):
                 out.append(f"{value} differs at {dict(zip(RECORD_KEYS, key))}: measured {x}, shipped {y}")
     return out
-
-
-SCRAMBLED_COLUMNS = ["encoding", "seeds", "g = 0", "g = L/2", "g = 3L/2", "unrelated, g = L/2"]
-
-
-def scrambled_control_rows(curves: dict, control: dict, train_len: int) -> list[dict]:
-    """Per encoding (causal mask), over seeds: the copy gain over the scrambled control (``control``:
-    :func:`store.load_curves` of the copy-control store) at g = 0, L/2 and 3L/2, beside the gain over
-    the unrelated span at L/2 (``curves``, the shipped store's). Runs are named ``<encoding>-s<seed>``."""
-    gaps = {"g = 0": 0, "g = L/2": train_len // 2, "g = 3L/2": 3 * train_len // 2}
-    by_encoding: dict[str, dict[int, str]] = {}
-    for run, bca in control:
-        if not bca:
-            encoding, seed = run.rsplit("-s", 1)
-            by_encoding.setdefault(encoding, {})[int(seed)] = run
-    rows = []
-    for encoding in _ordered(by_encoding):
-        runs = by_encoding[encoding]
-        row = {"encoding": encoding, "seeds": len(runs)}
-        for column, gap in gaps.items():
-            row[column] = Stat.of({s: control[(r, False)].gain(gap) for s, r in runs.items()})
-        row["unrelated, g = L/2"] = Stat.of({s: curves[(r, False)].gain(gaps["g = L/2"]) for s, r in runs.items()})
-        rows.append(row)
-    return rows

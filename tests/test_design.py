@@ -25,6 +25,7 @@ LAYERS = [
         "family_plots",
         "widgets",
         "configured_analysis",
+        "copy_tables",
         "configured_plots",
     },  # queries and pictures over stores
     {"__main__", "__init__"},

@@ -666,8 +666,8 @@ def test_resolution_stat_and_temperature_for_a_geometric_profile():
 
 
 def test_scrambled_control_rows_average_each_gap_over_seeds():
+    from attnres_helpers.copy_tables import scrambled_control_rows
     from attnres_helpers.probe import CopyCurve
-    from attnres_helpers.tables import scrambled_control_rows
 
     gaps = (0, 64, 192)
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from .configured_store import ConfiguredStore, nll_mean
 from .passkey import KINDS
-from .stats import average_ranks
+from .stats import average_ranks, percentile_interval, spearman
 
 VALIDITY = {"within_L": 0.5, "ceiling": 0.9, "absent": 0.05}  # plan v3's validity bars
 WITHIN_L_FRACTION = 0.5
@@ -45,13 +45,12 @@ def _indices(n_windows: int, n_resamples: int, rng) -> np.ndarray:
 
 def _estimate(per_window: np.ndarray, draws: np.ndarray, confidence_level: float, ratio_of=None) -> Estimate:
     """Mean over windows (or the ratio of two such means) with the interval over ``draws``."""
-    a = 100 * (1 - confidence_level) / 2
     if ratio_of is None:
         boot = per_window[draws].mean(-1)
-        return Estimate(float(per_window.mean()), *map(float, np.percentile(boot, [a, 100 - a])))
+        return Estimate(float(per_window.mean()), *percentile_interval(boot, confidence_level, "the mean"))
     num, den = per_window, ratio_of
     boot = num[draws[0]].mean(-1) / den[draws[1]].mean(-1)
-    return Estimate(float(num.mean() / den.mean()), *map(float, np.percentile(boot, [a, 100 - a])))
+    return Estimate(float(num.mean() / den.mean()), *percentile_interval(boot, confidence_level, "the ratio"))
 
 
 def per_window(store: ConfiguredStore, configuration: str) -> dict[str, np.ndarray]:
@@ -182,7 +181,7 @@ def cross_test(
         xb = [mean(c, predictor, d_L, d_2L) for c in names]
         yb = [mean(c, outcome, d_L, d_2L) for c in names]
         if len(set(xb)) > 1 and len(set(yb)) > 1:
-            boot.append(float(np.corrcoef(average_ranks(xb), average_ranks(yb))[0, 1]))
+            boot.append(spearman(xb, yb))
     a = 100 * (1 - confidence_level) / 2
     low, high = np.percentile(boot, [a, 100 - a]) if boot else (math.nan, math.nan)
     largest_tie = max(np.unique(np.round(y, 12), return_counts=True)[1])

@@ -34,7 +34,7 @@ from ..files import save_safetensors
 from ..masks import Mask, expected_scores_masked
 from .attention import LayerQK, capturing, layer_key0, layer_s_hat
 from .configurations import CONFIGURATIONS, Configuration, applied
-from .pretrained import NLL_CHUNK
+from .pretrained import _nll_in_chunks
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -96,14 +96,8 @@ def measure_window(model: PreTrainedModel, layout: passkey.Layout, mask: Mask | 
     attention_mask = None if mask is None else mask.allowed(T)[None, None]
     with capturing(model, consume):
         hidden = model.base_model(input_ids=x, attention_mask=attention_mask, use_cache=False).last_hidden_state[0]
+    nll = _nll_in_chunks(model, hidden[None], layout.tokens[None, 1:]).float()
     head = model.get_output_embeddings()
-    targets = layout.tokens[1:]
-    nll = torch.empty(T, dtype=torch.float32)
-    for start in range(0, T, NLL_CHUNK):
-        logits = head(hidden[start : start + NLL_CHUNK]).float()  # (c, V)
-        nll[start : start + NLL_CHUNK] = (
-            torch.logsumexp(logits, -1) - logits.gather(-1, targets[start : start + NLL_CHUNK, None])[:, 0]
-        )
     scores = passkey.score(lambda pos: torch.log_softmax(head(hidden[pos]).float(), -1), layout.tokens, layout.trials)
     return {
         "s_hat": torch.stack(s_hats),

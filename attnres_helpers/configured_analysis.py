@@ -19,23 +19,11 @@ import numpy as np
 
 from .configured_store import ConfiguredStore, nll_mean
 from .passkey import KINDS
-from .stats import average_ranks, percentile_interval, spearman
+from .stats import Estimate, average_ranks, percentile_interval, spearman
 
 VALIDITY = {"within_L": 0.5, "ceiling": 0.9, "absent": 0.05}  # plan v3's validity bars
 WITHIN_L_FRACTION = 0.5
 L_WINDOW_KEYS = ("R(L)", "R(L) sink-free", "passkey ≤ L/2 at L", "ceiling at L", "absent at L")  # from windows of L
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A value over windows with its window-bootstrap percentile interval."""
-
-    value: float
-    low: float
-    high: float
-
-    def __str__(self) -> str:
-        return f"{self.value:.4g} [{self.low:.4g}, {self.high:.4g}]"
 
 
 def _indices(n_windows: int, n_resamples: int, rng) -> np.ndarray:

@@ -9,6 +9,8 @@
 - A two-sided permutation test of ρ (:func:`spearman_permutation_test`), the partial rank
   correlation given a third variable (:func:`partial_spearman`), and the group-mean baseline
   (:func:`group_mean_baseline`).
+- A window bootstrap of a mean (:func:`bootstrap_mean`): the windows of one measurement drawn with
+  replacement, the percentile interval of their mean, as an :class:`Estimate`.
 - :func:`design_resolution`: the design-time (R(L), R(2L)) of a trained model's encoding, from its
   ModelConfig (:func:`design_params`).
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -222,6 +225,31 @@ def cluster_bootstrap_spearmans(
         for j, x in enumerate(xs):
             rhos[start : start + chunk, j] = _weighted_rank_correlation(x, y, per_cluster[:, index])  # (b, n) counts
     return rhos
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A value over windows with its window-bootstrap percentile interval."""
+
+    value: float
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        return f"{self.value:.4g} [{self.low:.4g}, {self.high:.4g}]"
+
+
+def bootstrap_mean(
+    per_window: ArrayLike, n_resamples: int = 10_000, confidence_level: float = 0.95, rng: int = 0
+) -> Estimate:
+    """The mean of ``per_window`` (windows,), one value per window, with the percentile interval of the
+    mean over ``n_resamples`` draws of the windows with replacement."""
+    values = np.asarray(per_window, dtype=np.float64)
+    if values.ndim != 1 or len(values) < 2 or not np.isfinite(values).all():
+        raise ValueError(f"a window bootstrap needs one finite value per window, at least 2, got shape {values.shape}")
+    draws = np.random.default_rng(rng).integers(0, len(values), size=(n_resamples, len(values)))
+    boot = values[draws].mean(-1)
+    return Estimate(float(values.mean()), *percentile_interval(boot, confidence_level, "the mean"))
 
 
 def percentile_interval(

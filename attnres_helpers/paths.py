@@ -47,6 +47,7 @@ FAMILY_V2_COMMAND = "python -m attnres_helpers family-v2"
 CONFIGURATIONS_COMMAND = "python -m attnres_helpers configurations"
 CONFIGURATIONS_RUNS = RUNS / "configurations"  # one file per (configuration, T, window), git-ignored
 CONFIGURATIONS_STORE = RESULTS / "configurations.safetensors"  # notebook 08's store (plan v3)
+SINKS = RESULTS / "sinks.safetensors"  # notebook 07: does a real model's sink follow its token? (`sinks`)
 CONFIGURATIONS_PLAN = RESULTS / "configurations_plan_v3.md"
 # Each folder of trained runs: the command that makes it, and the store its measurements go to.
 RUN_FOLDERS = {

@@ -1,9 +1,13 @@
-"""Notebook 07's queries and figures over the real model's store (``data/results/pretrained.safetensors``).
+"""Notebook 07's queries and figures over the real models' stores (one per entry of :mod:`hf.models`).
 
-Every number is a query over stored profiles (head-averaged ŝ, key-0 scores and per-position NLL of
-SmolLM2-135M at several lengths, :mod:`attnres_helpers.hf.pretrained`): R per layer with and without
-the first-token sink (:meth:`store.Profile.layer_resolutions`), the softmax weight R sees at the farthest
+Every number is a query over stored profiles (head-averaged ŝ, key-0 scores and per-position NLL of each
+model at several lengths, :mod:`attnres_helpers.hf.pretrained`): R per layer with and without the
+first-token sink (:meth:`store.Profile.layer_resolutions`), the softmax weight R sees at the farthest
 distance (:func:`tables.last_distance_weights`), and the NLL before and past L in the same windows.
+Where a store keeps each window's values (Gemma's), a row carries a window-bootstrap interval
+(:func:`stats.bootstrap_mean`); the layers are grouped by the span their ŝ has (:func:`attention_spans`:
+a sliding-window layer's ŝ is undefined past its window), and the sink experiment
+(:mod:`attnres_helpers.hf.sinks`) is read per arrangement.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import torch
 from matplotlib.figure import Figure
 
 from .metric import Boundary, mean_over_heads
+from .stats import Estimate, bootstrap_mean
 from .store import Profile
 from .tables import last_distance_weights
 
@@ -165,3 +170,119 @@ def sink_score_rows(profiles: list[Profile], layer: int, lengths: list[int], far
 def share(part: float, whole: float) -> float:
     """part / whole, NaN where whole is 0."""
     return part / whole if whole else math.nan
+
+
+def attention_spans(profile: Profile) -> list[int]:
+    """Per layer, how many distances its ŝ is defined at: T for a full-attention layer, the window w for
+    a sliding-window layer (ŝ is -inf from n = w on, where no query attends)."""
+    finite = torch.isfinite(profile.s_hat).all(1)  # (layers, T): every head defined at n
+    return [int(row.sum()) for row in finite]
+
+
+def layer_kinds(profile: Profile) -> dict[str, list[int]]:
+    """The layers grouped by span at ``profile``'s length: "global" (ŝ defined at every distance),
+    "window w" for each sliding window w, and "all"."""
+    spans = attention_spans(profile)
+    kinds = {"global": [i for i, s in enumerate(spans) if s == profile.eval_len]}
+    for w in sorted({s for s in spans if s < profile.eval_len}):
+        kinds[f"window {w}"] = [i for i, s in enumerate(spans) if s == w]
+    return {**kinds, "all": list(range(len(spans)))}
+
+
+def window_rows(
+    profiles: list[Profile],
+    window_values: dict[str, dict[str, torch.Tensor]],
+    n_resamples: int = 10_000,
+    confidence_level: float = 0.95,
+    rng: int = 0,
+) -> list[dict]:
+    """One row per (run, length, layer kind): the mean over windows of each window's layer-mean R, with
+    and without the sink, and of its mean NLL, each with a window-bootstrap interval
+    (:func:`stats.bootstrap_mean`). The kinds are those of the run's longest length (at T = w a
+    sliding layer of window w sees every distance, and is still counted as one)."""
+    longest = {p.run: p for p in sorted(profiles, key=lambda p: p.eval_len)}  # where every window has bitten
+    rows = []
+    for p in sorted(profiles, key=lambda p: (p.run, p.eval_len, p.bca)):
+        values = window_values[p.key]
+        for kind, layers in layer_kinds(longest[p.run]).items():
+            if not layers:
+                continue
+            est = {
+                name: bootstrap_mean(values[key][:, layers].mean(1).numpy(), n_resamples, confidence_level, rng)
+                for name, key in (("R", "r"), ("R sink-free", "r_sink_free"))
+            }
+            est["NLL"] = bootstrap_mean(values["nll"].numpy(), n_resamples, confidence_level, rng)
+            rows.append({"run": p.run, "T": p.eval_len, "layers": f"{kind} ({len(layers)})", **est})
+    return rows
+
+
+def sink_rows(
+    sinks: dict[str, torch.Tensor], kinds: dict[str, list[int]], at: int, n_resamples: int = 10_000, rng: int = 0
+) -> list[dict]:
+    """One row per (arrangement, layer kind) of one model's sink experiment: the attention weight on key 0
+    and on key ``at``, averaged over the kind's layers, with window-bootstrap intervals."""
+    rows = []
+    for arrangement, weights in sinks.items():  # (windows, layers, 2)
+        for kind, layers in kinds.items():
+            if layers:
+                mean = weights[:, layers].mean(1).numpy()  # (windows, 2)
+                rows.append(
+                    {
+                        "arrangement": arrangement,
+                        "layers": f"{kind} ({len(layers)})",
+                        "weight on key 0": bootstrap_mean(mean[:, 0], n_resamples, rng=rng),
+                        f"weight on key {at}": bootstrap_mean(mean[:, 1], n_resamples, rng=rng),
+                    }
+                )
+    return rows
+
+
+def side_by_side_rows(stores: dict[str, list[Profile]], lengths: list[int]) -> list[dict]:
+    """Each model at each of ``lengths`` (causal): T as a fraction of its L, and the layer-mean R of the
+    window-mean ŝ with and without the sink (the estimator every store has), and the perplexity."""
+    rows = []
+    for title, profiles in stores.items():
+        of = by_length(profiles)
+        for T in lengths:
+            p = of[(T, False)]
+            r, free = p.layer_resolutions(), p.layer_resolutions(sink=False)
+            rows.append(
+                {
+                    "model": title,
+                    "T": T,
+                    "T / L": f"1/{p.meta['train_len'] // T}"
+                    if T < p.meta["train_len"]
+                    else f"{T // p.meta['train_len']}",
+                    "R": float(r.mean()),
+                    "R sink-free": float(free.mean()),
+                    "perplexity": math.exp(float(p.nll.mean())),
+                }
+            )
+    return rows
+
+
+def span_figure(rows: list[dict], run: str) -> Figure:
+    """Window-mean R against T per layer kind, with the sink (left) and without it (right), with the
+    window-bootstrap intervals of :func:`window_rows`."""
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6), sharey=True)
+    kinds = list(dict.fromkeys(r["layers"] for r in rows if r["run"] == run))
+    for ax, name in zip(axes, ("R", "R sink-free")):
+        for i, kind in enumerate(kinds):
+            mine = [r for r in rows if r["run"] == run and r["layers"] == kind]
+            T = [r["T"] for r in mine]
+            value = np.array([r[name].value for r in mine])
+            err = np.array([[r[name].value - r[name].low for r in mine], [r[name].high - r[name].value for r in mine]])
+            style = {"color": "black", "lw": 2.5} if kind.startswith("all") else {"color": plt.get_cmap("tab10")(i)}
+            ax.errorbar(T, value, yerr=err, marker="o", capsize=3, label=kind, **style)
+        ax.set(xscale="log", yscale="log", xlabel="evaluation length T (tokens)", title=f"{name}, per window")
+        ax.set_xticks(T, [str(t) for t in T], fontsize=8)
+        ax.minorticks_off()
+    axes[0].set_ylabel("R (mean-scores, boundary zero)")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def estimate_cell(e: Estimate, digits: int = 3) -> str:
+    """'value [low, high]' for a table cell."""
+    return f"{e.value:.{digits}g} [{e.low:.{digits}g}, {e.high:.{digits}g}]"

@@ -188,6 +188,7 @@ def save_profiles(
     about: dict | None = None,
     dtype: torch.dtype = torch.float32,
     curves: dict[tuple[str, bool], CopyCurve] | None = None,
+    window_values: dict[str, dict[str, torch.Tensor]] | None = None,
 ) -> None:
     """Write ``profiles`` to one safetensors file, atomically. ``about`` (how the data were made:
     command, training and measuring settings) goes into the header beside each run's metadata.
@@ -197,7 +198,9 @@ def save_profiles(
     and flat profiles feel them).
     Either way, every R is computed from the stored values, so a store and its records agree. The NLL is
     kept as float32 (``NLL_DTYPE``). :func:`as_stored` gives the profiles back as the store will.
-    ``curves``: the copy probe's results by (run, bca), stored as ``<run>/copy/<bca>/...`` (float32)."""
+    ``curves``: the copy probe's results by (run, bca), stored as ``<run>/copy/<bca>/...`` (float32).
+    ``window_values``: by profile key, values of each window (first axis: windows), stored as
+    ``<key>/window/<name>`` (float32) and read back by :func:`load_window_values`."""
     _check_dtype(dtype)
     tensors, runs = {}, {}
     for (run, bca), curve in (curves or {}).items():
@@ -216,6 +219,13 @@ def save_profiles(
             if t is not None:
                 tensors.update(_encoded(p.key, name, t, dtype))
         tensors[p.key + "/nll"] = _cast(p.key, "nll", p.nll, NLL_DTYPE)
+    for key, values in (window_values or {}).items():
+        if key + "/s_hat" not in tensors:
+            raise ValueError(f"window values of {key!r}, which has no profile")
+        for name, t in values.items():
+            if not name.isidentifier() or not torch.isfinite(t).all():
+                raise ValueError(f"window values {key}/{name}: names are identifiers and values are finite")
+            tensors[f"{key}/window/{name}"] = t.to(torch.float32).contiguous()
     header = json.dumps({"about": about or {}, "runs": runs}, allow_nan=False)
     save_safetensors(Path(path), tensors, metadata={HEADER_KEY: header})
 
@@ -331,6 +341,25 @@ def load_curves(path: str | Path) -> dict[tuple[str, bool], CopyCurve]:
             ):
                 raise ValueError(f"measurement store {path}: copy curve {prefix!r} is malformed")
             out[(run, bca == "1")] = curve
+    return out
+
+
+def load_window_values(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
+    """The per-window values of a store (:func:`save_profiles`' ``window_values``) by profile key, float64;
+    {} for a store without them. Every value of one profile has one entry per window."""
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    with safe_open(Path(path), framework="pt") as f:
+        for name in sorted(n for n in f.keys() if "/window/" in n):
+            key, value = name.split("/window/")
+            t = f.get_tensor(name)
+            if not t.is_floating_point() or t.ndim < 1 or not torch.isfinite(t).all():
+                raise ValueError(f"measurement store {path}: window values {name!r} are malformed")
+            out.setdefault(key, {})[value] = t.double()
+    for key, values in out.items():
+        if len({t.shape[0] for t in values.values()}) != 1:
+            raise ValueError(
+                f"measurement store {path}: the window values of {key!r} differ in their number of windows"
+            )
     return out
 
 

@@ -42,10 +42,11 @@ def one(case: str, T: int) -> dict:
     """In a child: load the model, one window of T + 1 tokens, one call of ``case``."""
     import torch
 
-    from attnres_helpers.hf import smollm2
+    from attnres_helpers.hf import fetch
+    from attnres_helpers.hf.models import SMOLLM2
     from attnres_helpers.hf.pretrained import held_out_ids, window_statistics
 
-    model = smollm2.load()
+    model = fetch.load(SMOLLM2)
     window = held_out_ids(model)[: T + 1]
     loaded = maxrss_gib()
     start = time.perf_counter()

@@ -84,3 +84,23 @@ def run_cli(*args: str) -> CliResult:
 def cli():
     """:func:`run_cli`, as a fixture."""
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def registry_model():
+    """A loader of the registry's real models (see :func:`_registry_model`)."""
+    return _registry_model
+
+
+def _registry_model(entry):
+    """A real model of the registry (attnres_helpers.hf.models), verified and loaded from the cache: a skip
+    naming the command that fetches it where it is absent, a failure under ATTNRES_REQUIRE_PRETRAINED=1."""
+    import os
+
+    from attnres_helpers.hf import fetch
+
+    if not fetch.model_dir(entry).is_dir():
+        if os.environ.get("ATTNRES_REQUIRE_PRETRAINED"):
+            pytest.fail(f"the converted model is missing: {fetch.fetch_command(entry)}")
+        pytest.skip(f"the converted model is absent ({fetch.fetch_command(entry)}, or make pretrained)")
+    return fetch.load(entry)

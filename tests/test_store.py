@@ -13,7 +13,16 @@ from attnres_helpers.__main__ import main as cli_main
 from attnres_helpers.data import eval_windows
 from attnres_helpers.measure import measure_model, measure_windows
 from attnres_helpers.metric import BOUNDARIES, HEAD_MODES, layer_resolution
-from attnres_helpers.store import STORE_DTYPES, Profile, as_stored, load_profiles, perplexities, records, save_profiles
+from attnres_helpers.store import (
+    STORE_DTYPES,
+    Profile,
+    as_stored,
+    load_profiles,
+    load_window_values,
+    perplexities,
+    records,
+    save_profiles,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 L = 16  # the tiny preset's training length
@@ -446,3 +455,31 @@ def test_int16_store_keeps_every_per_layer_r_within_1e3(profiles, tmp_path):
                 torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-9)
     codes, low, step = quantize(torch.tensor([[-math.inf, -math.inf]]))
     assert codes.tolist() == [[-32768, -32768]]  # a row with nothing finite stays -inf
+
+
+def test_window_values_are_stored_beside_their_profiles_and_read_back(tmp_path):
+    path = tmp_path / "w.safetensors"
+    values = {"r/8/0": {"r": torch.rand(3, 2, dtype=torch.float64), "nll": torch.rand(3, dtype=torch.float64)}}
+    save_profiles(path, [_profile()], window_values=values)
+    back = load_window_values(path)
+    assert set(back) == {"r/8/0"} and set(back["r/8/0"]) == {"r", "nll"}
+    for name, t in values["r/8/0"].items():
+        torch.testing.assert_close(back["r/8/0"][name], t.float().double(), rtol=0, atol=0)  # float32 as stored
+    assert len(load_profiles(path)[0]) == 1  # the window values are not profiles
+    assert load_window_values(_plain(tmp_path)) == {}
+    with pytest.raises(ValueError, match="window values of 'r/16/0', which has no profile"):
+        save_profiles(tmp_path / "x.safetensors", [_profile()], window_values={"r/16/0": {"r": torch.zeros(1)}})
+    with pytest.raises(ValueError, match="finite"):
+        save_profiles(
+            tmp_path / "x.safetensors", [_profile()], window_values={"r/8/0": {"r": torch.tensor([math.nan])}}
+        )
+    ragged = {"r/8/0": {"r": torch.zeros(3, 2), "nll": torch.zeros(2)}}
+    save_profiles(path, [_profile()], window_values=ragged)
+    with pytest.raises(ValueError, match="differ in their number of windows"):
+        load_window_values(path)
+
+
+def _plain(tmp_path: Path) -> Path:
+    path = tmp_path / "plain.safetensors"
+    save_profiles(path, [_profile()])
+    return path

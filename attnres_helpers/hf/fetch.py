@@ -7,7 +7,8 @@ dequantises it once with `transformers` (``gguf`` and ``accelerate`` installed) 
 safetensors folder with its tokenizer and a SHA256SUMS, in the git-ignored cache, with the GGUF file
 parsed once (stock loading parses it for the config, the tokenizer and the weights: three times, and a
 262,144-entry vocabulary takes about 20 CPU-s a parse). :func:`load` verifies that folder (every file
-listed and hashed) before loading it offline, so every load after the first is checked.
+listed and hashed) before loading it offline, so every load after the first is checked; the weights a
+measurement came from are named by :func:`files.sums_fingerprint` of that folder.
 
     python -m attnres_helpers fetch-pretrained [NAME ...]     # or: make pretrained
 """
@@ -15,7 +16,6 @@ listed and hashed) before loading it offline, so every load after the first is c
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -177,8 +177,3 @@ def load(entry: PretrainedModel, folder: Path | None = None) -> PreTrainedModel:
     from .pretrained import load_pretrained
 
     return load_pretrained(verify(entry, folder)).eval()
-
-
-def fingerprint(entry: PretrainedModel, folder: Path | None = None) -> str:
-    """A short hash of the converted folder's SHA256SUMS: which weights a measurement came from."""
-    return hashlib.sha256((verify(entry, folder) / "SHA256SUMS").read_bytes()).hexdigest()[:16]

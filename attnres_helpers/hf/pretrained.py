@@ -27,7 +27,7 @@ from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
 from ..data import eval_windows, load_splits
-from ..files import save_safetensors
+from ..files import save_safetensors, sums_fingerprint
 from ..model import blockwise_causal_mask
 from ..store import Profile, average_heads, save_profiles
 from .attention import (
@@ -542,14 +542,13 @@ def measure_pretrained_store(
     check_lengths(len(ids), Ts, n_windows)
     name = entry.name if entry is not None else folder.name
     runs = bos_runs(name, bos, load_tokenizer(folder).bos_token_id if bos != "none" else None)
-    sums = folder / "SHA256SUMS"
     common = {
         "encoding": encoding_of(model.config),
         "train_len": L,
         "seed": 0,
         "model": name,
         "architecture": model.config.model_type,
-        "weights": hashlib.sha256(sums.read_bytes()).hexdigest()[:16] if sums.is_file() else None,
+        "weights": sums_fingerprint(folder),
         "config": {k: getattr(model.config, k, None) for k in CONFIG_KEYS},
     }
     profiles, window_values = [], {}

@@ -6,44 +6,56 @@ PY := $(VENV)/bin/python
 
 .PHONY: lab test test-fast lint browser-test execute bench figures pretrained pretrained-store clean
 
-# The last step installs the package itself, editable: notebooks and tests import it, no sys.path edits.
-# setuptools warns about every editable install in a boxed banner; PYTHONWARNINGS keeps the build quiet
+# Reading needs requirements.txt (mostly torch: a few minutes the first time; pip prints each
+# package as it goes); the tests' tools (requirements-test.txt) are installed by the first `make test` or
+# `make lint`. The last step installs the package itself, editable: notebooks and tests import it, no sys.path
+# edits. setuptools warns about every editable install in a boxed banner; PYTHONWARNINGS keeps the build quiet
 # (the install is the same).
 $(VENV)/.installed: requirements.txt pyproject.toml
+	@echo "make: creating $(VENV) and installing what reading needs (requirements.txt, mostly torch; first time only)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --progress-bar on -r requirements.txt
 	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
-# The server's root is the repository (so that the notebooks' ../data/figures/ images resolve) and the
-# page opens on the notebooks folder; --allow-root only when run as root (JupyterLab refuses otherwise).
+$(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt
+	@echo "make: installing the tests' tools (requirements-test.txt)"
+	$(PY) -m pip install --quiet -r requirements-test.txt
+	touch $@
+
+# JupyterLab opens reading/, the reader's git-ignored copies of notebooks/ (scripts/reading_copies.py makes
+# and refreshes them), so reading, Run All and autosave never change a tracked file. lab-settings/ turns off
+# the news feed and saves widget state with the notebook (a re-opened notebook shows its widgets). The
+# server's root is the repository (so that ../data/figures/ images resolve); --allow-root only when run as
+# root (JupyterLab refuses otherwise).
 lab: $(VENV)/.installed
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks \
-		$(if $(filter 0,$(shell id -u)),--allow-root)
+	$(PY) scripts/reading_copies.py
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/reading \
+		--LabApp.app_settings_dir=$(CURDIR)/lab-settings $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # pytest over tests/ and nbval over every notebook, in quick mode (ATTNRES_QUICK=1); -rs prints why each
 # skipped test skipped (a real model not fetched: the command that fetches it).
-test: $(VENV)/.installed
+test: $(VENV)/.installed-test
 	ATTNRES_QUICK=1 $(PY) -m pytest -rs --nbval --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg tests notebooks
 
 # Lint and format check (ruff, configured in pyproject.toml); `ruff format .` formats the tree.
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
 # The package tests alone, without notebooks, the browser, the real model or the slow tests (make test runs all).
-test-fast: $(VENV)/.installed
+test-fast: $(VENV)/.installed-test
 	$(PY) -m pytest -m "not browser and not pretrained and not slow" tests
 
 # The real-browser test of the explorer (needs Debian's chromium: apt-get install chromium).
-browser-test: $(VENV)/.installed
+browser-test: $(VENV)/.installed-test
 	$(PY) -m pytest -m browser tests -v
 
 # Execute every notebook headless, in place (full mode unless ATTNRES_QUICK=1 is set); a notebook is rewritten
 # only where its outputs changed in substance (not timings, progress bars or widget ids): git status stays clean.
-execute: $(VENV)/.installed
+execute: $(VENV)/.installed-test
 	$(PY) scripts/execute_notebooks.py
 
 # The benchmark scripts: each prints its figures and ratios measured side by side in one run.

@@ -1,7 +1,7 @@
 """Fixtures for the browser tests: a JupyterLab server and Debian's chromium via Playwright.
 
 Each test skips, with the reason, where the machine cannot run it: no `chromium` on PATH
-(`apt-get install chromium`), no Playwright (`pip install -r requirements.txt`), or a
+(`apt-get install chromium`), no Playwright (`pip install -r requirements-test.txt`), or a
 chromium that does not start. Playwright's own browser download is never used.
 """
 
@@ -59,7 +59,7 @@ def browser():
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("playwright is not installed (pip install -r requirements.txt)")
+        pytest.skip("playwright is not installed (pip install -r requirements-test.txt)")
     with sync_playwright() as playwright:
         try:
             launched = playwright.chromium.launch(

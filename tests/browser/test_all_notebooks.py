@@ -12,7 +12,7 @@ path (/root/, /tmp/, /home/, /work/) or the word "Warning". Notebooks run in qui
 printed (``pytest -s``) and written to test-artifacts/notebook-times.txt.
 
 A second test starts the server the way ``make lab`` does (the recipe's own options, read from
-``make -n``) and checks that it opens on the notebooks folder.
+``make -n``) and checks that it opens on the reader's copies (reading/).
 """
 
 import json
@@ -21,6 +21,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -31,7 +32,7 @@ from .test_explorer_browser import Deadline, artifacts_on_failure, copy_without_
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements.txt)"
+    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements-test.txt)"
 )
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
@@ -208,11 +209,13 @@ def make_lab_options() -> list[str]:
     return [w for w in words[start:] if w.startswith("--") and w != "--allow-root"]
 
 
-def test_make_lab_opens_the_notebooks_folder(page, tmp_path):
-    """`make lab`'s own options, on a server in the repository root: the page opens on notebooks/,
-    listing every notebook, with the repository's data/ one level up."""
+def test_make_lab_opens_the_reading_copies(page, tmp_path):
+    """`make lab`'s own options, on a server in the repository root: the page opens on reading/ (the
+    reader's git-ignored copies, made as `make lab` makes them), listing every notebook, with the
+    repository's data/ one level up."""
     if shutil.which("make") is None:
         pytest.skip("no `make` on PATH")
+    subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "reading_copies.py")], check=True, cwd=REPO_ROOT)
     options = make_lab_options()
     assert "--ServerApp.root_dir=." in options, options
     server = JupyterLab(REPO_ROOT, tmp_path, extra_pythonpath=[REPO_ROOT], extra_args=options)
@@ -229,6 +232,6 @@ def test_make_lab_opens_the_notebooks_folder(page, tmp_path):
             ".jp-DirListing-item .jp-DirListing-itemText", "els => els.map(e => e.textContent.trim())"
         )
         crumbs = page.inner_text(".jp-BreadCrumbs", timeout=deadline.ms(10))
-        assert "/lab/tree/notebooks" in page.url, page.url
+        assert "/lab/tree/reading" in page.url, page.url
         assert [n.name for n in NOTEBOOKS if n.name not in listed] == [], listed
-        assert "notebooks" in crumbs, crumbs
+        assert "reading" in crumbs, crumbs

@@ -26,7 +26,7 @@ from .conftest import ARTIFACTS_DIR, REPO_ROOT
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements.txt)"
+    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements-test.txt)"
 )
 
 EXPLORER_NOTEBOOK = REPO_ROOT / "notebooks" / "02_encoding_explorer.ipynb"

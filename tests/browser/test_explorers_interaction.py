@@ -35,7 +35,7 @@ from .test_explorer_browser import Deadline, artifacts_on_failure, open_notebook
 
 pytestmark = pytest.mark.browser
 playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements.txt)"
+    "playwright.sync_api", reason="playwright is not installed (pip install -r requirements-test.txt)"
 )
 
 TEST_TIME_LIMIT_S = 150  # page load to the last screenshot; ~40-70 s on a loaded 2-core machine

@@ -22,6 +22,7 @@ from numpy.typing import ArrayLike
 
 from .metric import Boundary, HeadMode
 from .stats import (
+    FAMILIES,
     cluster_bootstrap_spearmans,
     design_resolution,
     group_mean_baseline,
@@ -86,6 +87,18 @@ def _run_values(recs: list[dict], L: int) -> dict:
     return values
 
 
+def _check_family_run(p: Profile) -> None:
+    """A family run has a ``config`` label (a string) and an ``encoding`` with a design-time curve; else
+    one error naming the run and the field."""
+    config, encoding = p.meta.get("config"), p.meta["encoding"]
+    if config is None:
+        raise ValueError(f"run {p.run!r} has no 'config' label: not a family store")
+    if not isinstance(config, str) or not config:
+        raise ValueError(f"run {p.run!r}: config must be a setting's label (a string), got {config!r}")
+    if not isinstance(encoding, str) or encoding not in FAMILIES:
+        raise ValueError(f"run {p.run!r}: encoding must be one of {', '.join(FAMILIES)}, got {encoding!r}")
+
+
 def family_points(
     profiles: list[Profile],
     head_mode: HeadMode = "mean-scores",
@@ -96,21 +109,22 @@ def family_points(
 ) -> list[Point]:
     """One :class:`Point` per (setting, BCA) in ``profiles`` (the family store), in store order.
 
-    Settings whose runs lack a ``config`` label are refused; configurations with fewer than
-    ``min_seeds`` seeds are left out; ``seeds``: only these seeds (None: all). With ``curves`` (the
-    store's copy probe, :func:`store.load_curves`) the points gain ``copy past L`` and ``copy within L``.
+    Runs without a ``config`` label (a string), or whose encoding has no design-time curve, are refused
+    before anything is computed; configurations with fewer than ``min_seeds`` seeds are left out;
+    ``seeds``: only these seeds (None: all). With ``curves`` (the store's copy probe,
+    :func:`store.load_curves`) the points gain ``copy past L`` and ``copy within L``.
     """
     if not profiles:
         raise ValueError("no profiles: train the family first (python -m attnres_helpers family-v2)")
     if seeds is not None:
         profiles = [p for p in profiles if p.meta["seed"] in seeds]
+    for p in profiles:
+        _check_family_run(p)
     recs = [
         r for r in records(profiles, boundary, head_modes=(head_mode,), curves=curves) if isinstance(r["layer"], str)
     ]
     groups: dict[tuple[str, bool], dict[int, list[dict]]] = {}
     for r in recs:
-        if "config" not in r:
-            raise ValueError(f"run {r['run']!r} has no 'config' label: not a family store")
         groups.setdefault((r["config"], r["bca"]), {}).setdefault(r["seed"], []).append(r)
     points = []
     for (setting, bca), seeds in groups.items():
@@ -396,13 +410,17 @@ def test_v2(
     confidence_level: float = 0.95,
     rng: int | np.random.Generator | None = 0,
     bca_off_only: bool | None = None,
+    sign: int | None = None,
 ) -> TestResult:
     """Plan v2's test of ``predictor`` against ``outcome``: Spearman's ρ, a cluster-bootstrap interval over
     trained settings, the permutation p within mask setting (the unrestricted one beside it), ρ within
     each mask setting and within each family of WITHIN_FAMILIES (BCA off), the partial ρ given BCA, and
     the baselines (BCA indicator, family mean, family + BCA mean, and the other predictors) on the same
-    resamples. ``bca_off_only`` (default: for the copy outcome) restricts the test to BCA off."""
-    sign = V2_OUTCOMES[outcome]
+    resamples. ``bca_off_only`` (default: for the copy outcome) restricts the test to BCA off; ``sign`` (the
+    sign of ρ that supports R) defaults to the outcome's in V2_OUTCOMES, and is needed for any other outcome."""
+    if sign is None and outcome not in V2_OUTCOMES:
+        raise ValueError(f"outcome {outcome!r} is not one of plan v2's {sorted(V2_OUTCOMES)}: give its sign")
+    sign = V2_OUTCOMES[outcome] if sign is None else sign
     bca_off_only = outcome == "copy past L" if bca_off_only is None else bca_off_only
     pts = [p for p in points if not p.bca] if bca_off_only else list(points)
     y, settings = column(pts, outcome), [p.setting for p in pts]

@@ -67,6 +67,13 @@ class CopyProbes:
         )
 
 
+def _check_integers(**values: tuple) -> None:
+    """Each ``name=(value, low)``: ``value`` must be an integer >= low, else one error naming it."""
+    for name, (value, low) in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
 def copy_probes(
     tokens: torch.Tensor, span: int = SPAN, max_gap: int = 448, n_probes: int = N_PROBES, rng: int = 0
 ) -> CopyProbes:
@@ -74,9 +81,7 @@ def copy_probes(
     blocks of max(span, max_gap) tokens, and 3·n_probes distinct blocks are drawn by
     ``numpy.random.default_rng(rng)``: the first n give the spans, the next n the control spans (each
     its block's first ``span`` tokens), the last n the gap text (each a whole block)."""
-    for name, value, low in (("span", span, 1), ("max_gap", max_gap, 0), ("n_probes", n_probes, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    _check_integers(span=(span, 1), max_gap=(max_gap, 0), n_probes=(n_probes, 1))
     block = max(span, max_gap)
     n_blocks = len(tokens) // block
     if n_blocks < 3 * n_probes:
@@ -113,7 +118,9 @@ def first_copy_in_reach_under_bca(gap: int, train_len: int, n_layer: int, span: 
     first copy can change the model's predictions of the second at all. Each layer moves information
     back at most one block, so the earliest query scored, at position S + g − 1, reaches back to
     (⌊(S + g − 1)/b⌋ − n_layer)·b; the first copy holds positions 0 … S − 1. Where False, the copy
-    gain under BCA is zero up to float rounding. (Under the causal mask every position is in reach.)"""
+    gain under BCA is zero up to float rounding. (Under the causal mask every position is in reach.)
+    L must be at least 2 (a block of at least one token), and the model at least one layer deep."""
+    _check_integers(gap=(gap, 0), train_len=(train_len, 2), n_layer=(n_layer, 1), span=(span, 1))
     block = train_len // 2
     return ((span + gap - 1) // block - n_layer) * block <= span - 1
 

@@ -26,25 +26,61 @@ from .tables import last_distance_weights
 
 
 def by_length(profiles: list[Profile]) -> dict[tuple[int, bool], Profile]:
-    """The profiles by (eval length, BCA)."""
+    """One run's profiles by (eval length, BCA). Profiles of several runs are refused (a multi-run store's
+    lengths would overwrite each other): pass one run's, ``[p for p in profiles if p.run == name]``."""
+    runs = list(dict.fromkeys(p.run for p in profiles))
+    if len(runs) != 1:
+        named = ", ".join(map(repr, runs[:3])) + (", ..." if len(runs) > 3 else "")
+        raise ValueError(
+            f"these helpers read one run's profiles, got profiles of {len(runs)} runs ({named}): "
+            "pass [p for p in profiles if p.run == name]"
+        )
     return {(p.eval_len, p.bca): p for p in profiles}
 
 
+def causal(of: dict[tuple[int, bool], Profile], T: int) -> Profile:
+    """The causal profile at length ``T`` of :func:`by_length`'s ``of``; a length not measured is one error
+    naming the run and the lengths it has."""
+    if (T, False) not in of:
+        p = next(iter(of.values()))
+        measured = sorted(t for t, bca in of if not bca)
+        raise ValueError(f"run {p.run!r} has no causal profile at T = {T!r}; it has {measured}")
+    return of[T, False]
+
+
+def causal_resolutions(of: dict[tuple[int, bool], Profile], T: int, sink: bool = True) -> torch.Tensor:
+    """R of every layer (mean-scores, boundary zero) of the causal profile at ``T``, with or without the
+    sink; without it, a store that has no key-0 scores is one error naming the run."""
+    p = causal(of, T)
+    r = p.layer_resolutions(sink=sink)
+    if r is None:
+        raise ValueError(f"run {p.run!r} has no key-0 scores: its store holds no R without the sink")
+    return r
+
+
+def windows_of(p: Profile) -> int | None:
+    """How many windows the profile's mean is over (run metadata ``windows``); None where not recorded."""
+    windows = p.meta.get("windows")
+    return windows.get(str(p.eval_len)) if isinstance(windows, dict) else None
+
+
 def length_rows(profiles: list[Profile], boundary: Boundary = "zero") -> list[dict]:
-    """One row per (length, mask): the layer-mean R with and without the sink, the share of R the sink
-    carries, the largest weight at n = T − 1 over layers, and the same-window NLL before and past L."""
+    """One row per (length, mask) of one run: the layer-mean R with and without the sink, the share of R
+    the sink carries (these two None where the store has no key-0 scores), the largest weight at n = T − 1
+    over layers, the same-window NLL before and past L, and the windows (:func:`windows_of`)."""
     rows = []
     for (T, bca), p in sorted(by_length(profiles).items()):
         L = p.meta["train_len"]
         with_sink, free = p.layer_resolutions(boundary=boundary), p.layer_resolutions(boundary=boundary, sink=False)
+        r, r_free = float(with_sink.mean()), None if free is None else float(free.mean())
         rows.append(
             {
                 "T": T,
                 "mask": "BCA" if bca else "causal",
-                "windows": p.meta["windows"][str(T)],
-                "R": float(with_sink.mean()),
-                "R sink-free": float(free.mean()),
-                "sink share": 1 - float(free.mean()) / float(with_sink.mean()),
+                "windows": windows_of(p),
+                "R": r,
+                "R sink-free": r_free,
+                "sink share": None if r_free is None else 1 - share(r_free, r),
                 "max p(T−1)": float(last_distance_weights(p).max()),
                 "NLL < L": float(p.nll[:L].mean()),
                 "NLL ≥ L": float(p.nll[L:].mean()) if T > L else None,
@@ -54,10 +90,12 @@ def length_rows(profiles: list[Profile], boundary: Boundary = "zero") -> list[di
 
 
 def layer_rows(profiles: list[Profile], lengths: list[int], sink: bool = True) -> list[dict]:
-    """One row per layer: R at each causal length (with or without the sink), and R(2L)/R(L)."""
+    """One row per layer of one run: R at each causal length (with or without the sink), and R(2L)/R(L)."""
     of = by_length(profiles)
+    if not lengths:
+        raise ValueError("lengths must name at least one measured length")
     L = profiles[0].meta["train_len"]
-    per = {T: of[(T, False)].layer_resolutions(sink=sink) for T in lengths}
+    per = {T: causal_resolutions(of, T, sink) for T in lengths}
     rows = []
     for layer in range(len(per[lengths[0]])):
         row = {"layer": layer, **{f"R({T})": float(per[T][layer]) for T in lengths}}
@@ -75,7 +113,7 @@ def resolution_length_figure(profiles: list[Profile], lengths: list[int], layers
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.8), sharey=True)
     colours = plt.get_cmap("tab10")
     for ax, sink in zip(axes, (True, False)):
-        per = torch.stack([of[(T, False)].layer_resolutions(sink=sink) for T in lengths])  # (lengths, layers)
+        per = torch.stack([causal_resolutions(of, T, sink) for T in lengths])  # (lengths, layers)
         for layer in range(per.shape[1]):
             if layer not in layers:
                 ax.plot(lengths, per[:, layer], color="0.85", lw=0.8, zorder=1)
@@ -105,7 +143,7 @@ def last_distance_figure(profiles: list[Profile], layer: int, lengths: list[int]
     of = by_length(profiles)
     fig, ax = plt.subplots(figsize=(9.5, 3.6))
     for i, T in enumerate(lengths):
-        p = torch.softmax(mean_over_heads(of[(T, False)].s_hat.double())[layer], -1).numpy()
+        p = torch.softmax(mean_over_heads(causal(of, T).s_hat.double())[layer], -1).numpy()
         colour = plt.get_cmap("viridis")(i / max(1, len(lengths) - 1))
         ax.plot(np.arange(1, T + 1), p, color=colour, lw=1, label=f"T = {T}")
         ax.plot([T], [p[-1]], marker="*", ms=12, color=colour, markeredgecolor="black", zorder=3)
@@ -136,12 +174,13 @@ def position_nll_figure(profiles: list[Profile], T: int, window: int = 256) -> F
         nll = of[(T, bca)].nll.numpy()
         smooth = np.convolve(nll, np.ones(window) / window, mode="valid")
         ax.plot(np.arange(len(smooth)) + window // 2, smooth, ls=style, lw=1.3, label="BCA" if bca else "causal")
+    windows = windows_of(causal(of, T))
     ax.axvline(L, color="0.4", ls=":", lw=1)
     ax.text(L, ax.get_ylim()[1], " L (its context)", va="top", fontsize=9, color="0.3")
     ax.set(
         xlabel="position in the window",
         ylabel=f"NLL (nats a token), running mean of {window}",
-        title=f"the same {of[(T, False)].meta['windows'][str(T)]} windows of T = {T} tokens",
+        title=f"the same {'' if windows is None else f'{windows} '}windows of T = {T} tokens",
     )
     ax.legend(fontsize=9)
     fig.tight_layout()
@@ -154,7 +193,7 @@ def sink_score_rows(profiles: list[Profile], layer: int, lengths: list[int], far
     of = by_length(profiles)
     rows = []
     for T in lengths:
-        s = mean_over_heads(of[(T, False)].s_hat.double())[layer]
+        s = mean_over_heads(causal(of, T).s_hat.double())[layer]
         rows.append(
             {
                 "T": T,
@@ -244,8 +283,8 @@ def side_by_side_rows(stores: dict[str, list[Profile]], lengths: list[int]) -> l
     for title, profiles in stores.items():
         of = by_length(profiles)
         for T in lengths:
-            p = of[(T, False)]
-            r, free = p.layer_resolutions(), p.layer_resolutions(sink=False)
+            p = causal(of, T)
+            r, free = p.layer_resolutions(), p.layer_resolutions(sink=False)  # free: None without key-0 scores
             rows.append(
                 {
                     "model": title,
@@ -254,7 +293,7 @@ def side_by_side_rows(stores: dict[str, list[Profile]], lengths: list[int]) -> l
                     if T < p.meta["train_len"]
                     else f"{T // p.meta['train_len']}",
                     "R": float(r.mean()),
-                    "R sink-free": float(free.mean()),
+                    "R sink-free": None if free is None else float(free.mean()),
                     "perplexity": math.exp(float(p.nll.mean())),
                 }
             )

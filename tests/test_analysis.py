@@ -49,6 +49,25 @@ def test_family_points_are_seed_means_of_same_window_rises_and_upper_layer_r():
     assert 0 < point.values["design R(2L)"] < 1
 
 
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("encoding", ["rope"], r"run 'rope-base-100-s0': encoding must be one of rope, .*, got \['rope'\]"),
+        ("encoding", 3, r"run 'rope-base-100-s0': encoding must be one of rope, .*, got 3"),
+        ("encoding", "rotary", r"run 'rope-base-100-s0': encoding must be one of rope, .*, got 'rotary'"),
+        ("config", ["a"], r"run 'rope-base-100-s0': config must be a setting's label \(a string\), got \['a'\]"),
+        ("config", None, "run 'rope-base-100-s0' has no 'config' label: not a family store"),
+    ],
+)
+def test_family_points_refuse_a_bad_encoding_or_config_before_any_record(monkeypatch, field, value, message):
+    good = profile("rope base 100", "rope", 0, 2 * L, False, torch.zeros(2, 2, 2 * L), 1.0, 1.0)
+    meta = {k: v for k, v in {**good.meta, field: value}.items() if v is not None}
+    bad = Profile(good.run, meta, good.eval_len, good.bca, good.s_hat, good.nll)
+    monkeypatch.setattr(analysis, "records", lambda *a, **k: pytest.fail("records computed before the refusal"))
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        analysis.family_points([good, bad] if field == "config" else [bad])
+
+
 def test_extra_seed_points_average_five_seeds_only_where_all_five_exist():
     """Setting a has seeds 0-4, b has 0-2 and 4 (seed 3 missing), c has 0, 1, 3, 4 (seed 2 missing): a is
     the mean of five seeds, b of its first three, c of seeds 0 and 1, and only a is named as complete."""

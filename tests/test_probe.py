@@ -1,5 +1,7 @@
 """The copy probe (plan v2's retrieval outcome), on models with known answers."""
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -100,6 +102,24 @@ def test_the_reach_under_bca_is_the_mask_stacked_layer_by_layer(train_len, n_lay
         reach = torch.linalg.matrix_power(step, n_layer) > 0  # (T, T)
         expected = bool(reach[span + gap - 1 : T - 1, :span].any())
         assert first_copy_in_reach_under_bca(gap, train_len, n_layer, span) == expected, gap
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(gap=0, train_len=1, n_layer=2), "train_len must be an integer >= 2, got 1"),
+        (dict(gap=-5, train_len=128, n_layer=4), "gap must be an integer >= 0, got -5"),
+        (dict(gap=10, train_len=128, n_layer=4, span=0), "span must be an integer >= 1, got 0"),
+        (dict(gap=10, train_len=128, n_layer=0), "n_layer must be an integer >= 1, got 0"),
+        (dict(gap=1.5, train_len=128, n_layer=4), "gap must be an integer >= 0, got 1.5"),
+        (dict(gap=True, train_len=128, n_layer=4), "gap must be an integer >= 0, got True"),
+    ],
+)
+def test_the_reach_under_bca_refuses_what_has_no_reach(kwargs, message):
+    """L = 1 has no block of L/2 (it divided by zero); a negative gap or an empty span has no copy to
+    reach (they read as in reach); a model without layers has no BCA to stack."""
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        first_copy_in_reach_under_bca(**kwargs)
 
 
 class Unigram(nn.Module):

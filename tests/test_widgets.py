@@ -7,11 +7,14 @@ import re
 import ipywidgets as widgets
 import numpy as np
 import pytest
+import torch
+from matplotlib.ticker import NullFormatter
 
 from attnres_helpers import experiments
 from attnres_helpers.encodings import DESIGN_CURVES, resolution_pair
 from attnres_helpers.metric import BOUNDARIES, HEAD_MODES, resolution
-from attnres_helpers.store import load_profiles
+from attnres_helpers.paths import data_path
+from attnres_helpers.store import Profile, load_profiles, save_profiles
 from attnres_helpers.store import records as store_records
 from attnres_helpers.widgets import (
     CLOSE_SCORE_NATS,
@@ -943,3 +946,85 @@ def test_min_max_decimate_refuses_bad_buckets(buckets):
     x = np.arange(100.0)
     with pytest.raises(ValueError, match="buckets must be >= 1"):
         min_max_decimate(x, x, buckets=buckets)
+
+
+# --------------------------------------------------------------------------- the trained explorer on other stores
+
+
+def tiny_store(path, runs: dict, L: int = 8, lengths=(8, 16), layers: int = 2, heads: int = 2):
+    """A store of runs ``{name: metadata beyond train_len}`` at ``lengths``, causal, random ŝ, NLL 1."""
+    g = torch.Generator().manual_seed(0)
+    profiles = [
+        Profile(run, {"train_len": L, **meta}, T, False, torch.randn(layers, heads, T, generator=g), torch.ones(T))
+        for run, meta in runs.items()
+        for T in lengths
+    ]
+    save_profiles(path, profiles)
+    return path
+
+
+PRETRAINED_CONFIG = {"num_hidden_layers": 2, "rope_parameters": {"rope_theta": 1e4}}  # as measure-hf --store keeps
+
+
+def test_trained_explorer_shows_a_pretrained_models_store_by_its_run(tmp_path):
+    """A measure-hf store's ``config`` is the model's configuration (a JSON object), not a setting label:
+    each run is its own setting, and R is the store's record."""
+    path = tiny_store(
+        tmp_path / "hf.safetensors", {"smol": {"encoding": "rope", "seed": 0, "config": PRETRAINED_CONFIG}}
+    )
+    catalogue = trained_catalogue(path)
+    assert catalogue["settings"] == {"rope": ["smol"]} and catalogue["eval_multiples"] == [1, 2]
+    state = trained_state(catalogue, "rope", 0, "mean", "mean", 2, False)
+    rec = next(r for r in store_records(load_profiles(path)[0]) if r["eval_len"] == 16 and r["layer"] == "mean")
+    assert state["R"][rec["head_mode"], "zero"] == pytest.approx(rec["resolution"], rel=1e-12)
+    assert "<b>rope · smol, seed 0</b>" in trained_readout_html(state)
+    ui = trained_explorer(path)
+    assert part(ui, "attnres-error").layout.display == "none"
+    assert bytes(part(ui, "attnres-trained-plot").value).startswith(PNG)
+
+
+def test_the_shipped_pretrained_store_is_shown_without_a_head_to_choose():
+    """SmolLM2's store (heads averaged at measurement, 30 layers, T = L and 2L): no head menu, no legend
+    over the panel (the title counts the layers), and minor perplexity labels only over a narrow range."""
+    catalogue = trained_catalogue(data_path("results", "pretrained.safetensors"))
+    assert catalogue["heads"] == 0 and catalogue["eval_multiples"] == [1, 2] and catalogue["layers"] == 30
+    with pytest.raises(ValueError, match=r"head must be one of \['mean'\], got 0"):
+        trained_state(catalogue, "rope", 0, head=0)
+    figure = TrainedFigure()
+    figure.render(trained_state(catalogue, "rope", 0, eval_multiple=2))
+    assert figure.legend is None and figure.ax_s.get_title() == "ŝ[n], heads averaged, 30 layers"
+    assert isinstance(figure.ax_p.yaxis.get_minor_formatter(), NullFormatter)
+    figure.render(trained_state(catalogue, "rope", 0, layer=3, eval_multiple=2))
+    assert [t.get_text() for t in figure.legend.get_texts()] == ["layer 3"]
+
+
+@pytest.mark.parametrize(
+    "meta, message",
+    [
+        ({"encoding": ["rope"], "seed": 0}, r"run 'a': encoding must be an encoding's name, got \['rope'\]"),
+        ({"encoding": 3, "seed": 0}, "run 'a': encoding must be an encoding's name, got 3"),
+        ({"encoding": "rope", "seed": 0, "config": 5}, "run 'a': config must be a setting's name"),
+    ],
+)
+def test_trained_explorer_refuses_a_bad_encoding_or_config_naming_store_and_run(tmp_path, meta, message):
+    path = tiny_store(tmp_path / "bad.safetensors", {"a": meta})
+    with pytest.raises(ValueError, match=rf"^store {re.escape(str(path))}: {message}"):
+        trained_explorer(path)
+
+
+def test_trained_explorer_refuses_a_store_with_no_eval_length_a_multiple_of_L(tmp_path):
+    """Gemma's store: L = 32768 above every eval length (here L = 64, T = 8 and 16)."""
+    path = tiny_store(tmp_path / "long.safetensors", {"a": {"encoding": "rope", "seed": 0}}, L=64)
+    with pytest.raises(ValueError, match=r"no eval length is a multiple of the training length L = 64 \(eval lengths"):
+        trained_explorer(path)
+
+
+def test_trained_explorer_refuses_two_runs_of_one_setting_and_seed(tmp_path):
+    """Two runs of one setting and seed would overwrite each other in the index: refused, both named."""
+    runs = {
+        "a": {"encoding": "rope", "seed": 0, "config": "base 100"},
+        "b": {"encoding": "rope", "seed": 0, "config": "base 100"},
+    }
+    path = tiny_store(tmp_path / "twins.safetensors", runs)
+    with pytest.raises(ValueError, match="runs 'a' and 'b' are both setting 'base 100', seed 0"):
+        trained_catalogue(path)

@@ -1,9 +1,9 @@
 """The trained-model explorer (notebook 04): stored ŝ and per-position NLL, no model loaded.
 
 :func:`trained_catalogue` indexes a measurement store by setting (the run metadata key
-``"config"`` where the store has several settings of one encoding, as the family store does; the
-encoding's name otherwise), seed, eval length and mask. :func:`trained_state` is what one choice of
-controls shows, with every R taken from the store's own query
+``"config"`` where the store has several settings of one encoding, as the family store does; the run's
+name in a pretrained model's store; the encoding's name otherwise), seed, eval length and mask.
+:func:`trained_state` is what one choice of controls shows, with every R taken from the store's own query
 (:meth:`attnres_helpers.store.Profile.layer_resolutions`, with and without the first-token sink),
 and :func:`trained_readout_html` its readout. :func:`trained_explorer` wires the controls.
 """
@@ -35,9 +35,43 @@ LABEL_STYLE = {"description_width": "initial"}  # a control's label is as wide a
 EVAL_MULTIPLES = (1, 2, 4)  # the eval lengths the shipped stores hold, in units of L
 
 
-def setting_of(meta: dict) -> str:
-    """The trained setting a run belongs to: its ``"config"`` label where the store has one, else its encoding."""
-    return meta.get("config", meta["encoding"])
+def setting_of(meta: dict, run: str) -> str:
+    """The trained setting run ``run`` belongs to: its ``"config"`` label where that is a string (the
+    family store's), the run's own name where it is a model's configuration (a JSON object: a
+    pretrained model's store, :mod:`attnres_helpers.hf.pretrained`), else its encoding."""
+    config = meta.get("config")
+    if config is None:
+        return meta["encoding"]
+    if isinstance(config, str):
+        return config
+    if isinstance(config, dict):
+        return run
+    raise ValueError(f"config must be a setting's name (a string) or a model's configuration, got {config!r}")
+
+
+def _index(path, profiles: list) -> tuple[dict, dict, dict]:
+    """``(index, seeds, settings)`` of :func:`trained_catalogue`; a run's bad ``encoding`` or ``config``,
+    or two runs of one setting and seed, is one error naming the store, the run and the field."""
+    index, seeds, settings, runs = {}, {}, {}, {}
+    for p in profiles:
+        encoding = p.meta["encoding"]
+        if not isinstance(encoding, str) or not encoding:
+            raise ValueError(f"store {path}: run {p.run!r}: encoding must be an encoding's name, got {encoding!r}")
+        try:
+            setting = setting_of(p.meta, p.run)
+        except ValueError as err:
+            raise ValueError(f"store {path}: run {p.run!r}: {err}") from None
+        if settings.setdefault(setting, encoding) != encoding:
+            raise ValueError(f"store {path}: setting {setting!r} holds runs of {settings[setting]} and {encoding}")
+        seed = p.meta["seed"]
+        if runs.setdefault((setting, seed), p.run) != p.run:
+            raise ValueError(
+                f"store {path}: runs {runs[setting, seed]!r} and {p.run!r} are both setting {setting!r}, "
+                f"seed {seed}: the trained explorer cannot tell them apart"
+            )
+        index[setting, seed, p.eval_len, p.bca] = p
+        seeds.setdefault(setting, set()).add(seed)
+    return index, seeds, settings
 
 
 def trained_catalogue(store_path: str | Path | None = None) -> dict:
@@ -46,18 +80,14 @@ def trained_catalogue(store_path: str | Path | None = None) -> dict:
     Returns ``{"path", "index": {(setting, seed, eval_len, bca): Profile}, "encodings",
     "settings": {encoding: [setting, ...]}, "seeds": {setting: [seed, ...]}, "eval_multiples",
     "train_len", "layers", "heads"}`` (:func:`setting_of`: the shipped store's settings are its
-    encodings). Every run must share one training length and one (layers, heads) shape, since the
-    controls offer one set of each; R and plot ranges are cached in it as they are asked for.
+    encodings; ``heads`` is 0 where the heads were averaged at measurement, so that there is no head
+    to choose). Every run must share one training length and one (layers, heads) shape, since the
+    controls offer one set of each, and some eval length must be a multiple of it; R and plot ranges
+    are cached in it as they are asked for.
     """
     path = DEFAULT_STORE if store_path is None else store_path
     profiles, _ = load_profiles(path)
-    index, seeds, settings = {}, {}, {}
-    for p in profiles:
-        setting, encoding = setting_of(p.meta), p.meta["encoding"]
-        if settings.setdefault(setting, encoding) != encoding:
-            raise ValueError(f"store {path}: setting {setting!r} holds runs of {settings[setting]} and {encoding}")
-        index[setting, p.meta["seed"], p.eval_len, p.bca] = p
-        seeds.setdefault(setting, set()).add(p.meta["seed"])
+    index, seeds, settings = _index(path, profiles)
     train_lens = {p.meta["train_len"] for p in profiles}
     shapes = {tuple(p.s_hat.shape[:2]) for p in profiles}
     if len(train_lens) != 1 or len(shapes) != 1:
@@ -67,6 +97,12 @@ def trained_catalogue(store_path: str | Path | None = None) -> dict:
         )
     ((layers, heads),) = shapes
     L = train_lens.pop()
+    multiples = sorted({p.eval_len // L for p in profiles if p.eval_len % L == 0})
+    if not multiples:
+        raise ValueError(
+            f"store {path}: no eval length is a multiple of the training length L = {L} (eval lengths "
+            f"{sorted({p.eval_len for p in profiles})}), and the trained explorer shows T = kL"
+        )
     encodings = list(dict.fromkeys(p.meta["encoding"] for p in profiles))
     return {
         "path": str(path),
@@ -74,10 +110,10 @@ def trained_catalogue(store_path: str | Path | None = None) -> dict:
         "encodings": encodings,
         "settings": {e: [s for s, enc in settings.items() if enc == e] for e in encodings},
         "seeds": {s: sorted(v) for s, v in seeds.items()},
-        "eval_multiples": sorted({p.eval_len // L for p in profiles if p.eval_len % L == 0}),
+        "eval_multiples": multiples,
         "train_len": L,
         "layers": layers,
-        "heads": heads,
+        "heads": 0 if any(p.heads_averaged for p in profiles) else heads,
         "cache": {},
     }
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
 from .render import FONT_PT, BlitFigure, new_figure
 
 LINESTYLES = ("-", "--", ":", "-.")  # one per layer shown, so that overlapping layers stay apart
+MAX_LEGEND = 8  # more layers than this (a real model's 30) get no legend: it would cover the panel
+MINOR_LABEL_DECADES = 2  # the perplexity axis labels its minor ticks (2, 3, 5 x 10^k) over at most this many
 
 
 def length_ticks(L: int, max_len: int) -> tuple[list[int], list[str]]:
@@ -100,13 +102,16 @@ class TrainedFigure(BlitFigure):
         self.redraw_background()
 
     def _set_legend(self, layers: list[int]) -> None:
-        shown = [self.lines_s[i] for i in range(len(layers))]
+        shown = [self.lines_s[i] for i in range(len(layers))] if len(layers) <= MAX_LEGEND else []
         if self.legend is not None and [t.get_text() for t in self.legend.get_texts()] == [
             line.get_label() for line in shown
         ]:
             return
         if self.legend is not None:
             self.legend.remove()
+            self.legend = None
+        if not shown:
+            return
         self.legend = self.ax_s.legend(
             handles=shown,
             fontsize=FONT_PT,
@@ -141,10 +146,15 @@ class TrainedFigure(BlitFigure):
             shade.set_width(limits["max_len"] - T)
             shade.set_visible(T < limits["max_len"])
         heads = "heads averaged" if state["head"] == "mean" else f"head {state['head']}"
-        layer_key = (limits["scores"], limits["weights"], limits["ppl"], heads)
+        many = len(state["layers"]) > MAX_LEGEND  # no legend: the title says how many layers are drawn
+        title = f"ŝ[n], {heads}" + (f", {len(state['layers'])} layers" if many else "")
+        layer_key = (limits["scores"], limits["weights"], limits["ppl"], title)
         self.ax_s.set_ylim(*limits["scores"])
         self.ax_w.set_ylim(*limits["weights"])
         self.ax_p.set_ylim(*limits["ppl"])
-        self.ax_s.set_title(f"ŝ[n], {heads}", fontsize=FONT_PT + 1)
+        low, high = limits["ppl"]
+        wide = high > low * 10**MINOR_LABEL_DECADES
+        self.ax_p.yaxis.set_minor_formatter(NullFormatter() if wide else FuncFormatter(_ppl_minor_label))
+        self.ax_s.set_title(title, fontsize=FONT_PT + 1)
         self._set_legend(state["layers"])
         return self.blit(layer_key)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import os
+import re
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -100,8 +104,9 @@ def sums_fingerprint(root: Path) -> str | None:
 
 def verify_sha256sums(root: Path, fix: str) -> None:
     """Check every file under ``root`` against ``root/SHA256SUMS``: a file that is missing, unlisted
-    (at any depth, whatever its name) or changed, a link, or a malformed SHA256SUMS raises an error
-    naming it; ``fix`` is the command that regenerates the folder, quoted in the messages."""
+    (at any depth, whatever its name) or changed, a link, or a malformed SHA256SUMS (a line unreadable,
+    or a file listed twice) raises an error naming it; ``fix`` is the command that regenerates the
+    folder, quoted in the messages."""
     root = Path(root)
     sums_path = root / SUMS_FILE
     if not sums_path.is_file():
@@ -119,6 +124,8 @@ def verify_sha256sums(root: Path, fix: str) -> None:
         digest, _, name = line.partition("  ")
         if len(digest) != 64 or not name or name.startswith("/") or ".." in Path(name).parts:
             raise ValueError(f"{sums_path} has a malformed line: {line[:80]!r}")
+        if name in expected:  # the later line would win
+            raise ValueError(f"{sums_path} lists {name[:80]} twice; regenerate the folder with `{fix}`")
         expected[name] = digest
     present = {
         p.relative_to(root).as_posix() for p in root.rglob("*") if p != sums_path and (p.is_file() or p.is_symlink())
@@ -134,80 +141,68 @@ def verify_sha256sums(root: Path, fix: str) -> None:
 
 @contextmanager
 def exclusive(path: Path) -> Iterator[None]:
-    """Hold ``<path>.lock`` (holding this process's PID) while writing ``path``: a second writer gets an
-    error naming the process that holds it; a lock left by a dead process is recognised and taken over.
-    On entry, temporary files that dead processes left beside ``path`` (atomic_write's, and the lock's own)
-    are removed."""
+    """Hold the kernel's lock on ``<path>.lock`` (``flock``) while writing ``path``: a second writer is an
+    error naming the lock. The kernel drops the lock when its holder dies, so nothing stale is taken over,
+    and what the file holds (the holder's PID, for the message) is never read for liveness. ``flock`` locks
+    an open file, not a process: each call opens the file afresh, so two holders in one process (nested, or
+    two threads) conflict as two processes do; only a child forked while it is held shares it (the runner's
+    workers are spawned). The file stays after release (unlinking it would race its next taker).
+
+    On entry, atomic_write's temporaries beside ``path`` (``.<name>.tmp-<pid>``) whose process is not alive
+    are removed, and a live one's are kept: not every write of a path holds its lock (``save_profiles`` is
+    also called on its own), so a temporary beside a held lock may still be another process's. Among
+    writers that hold the lock, this is race-free: none of them is writing while the lock is taken."""
     path = Path(path)
     lock = path.with_name(path.name + ".lock")
+    fd = _take(lock, path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _take(lock, path)
-    except OSError as err:
-        raise _naming(err, path) from None
-    for debris in [*path.parent.glob(f".{path.name}.tmp-*"), *path.parent.glob(f".{lock.name}.tmp-*")]:
-        pid = debris.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            debris.unlink(missing_ok=True)
-    try:
+        for tmp in path.parent.glob(f".{path.name}.tmp-*"):
+            pid = tmp.name.rsplit("-", 1)[-1]
+            if re.fullmatch("[0-9]+", pid) and not _alive(int(pid)):
+                tmp.unlink(missing_ok=True)
         yield
     finally:
-        lock.unlink(missing_ok=True)
-
-
-def _take(lock: Path, path: Path) -> None:
-    """Create ``lock`` holding this process's PID, whole (written to a temporary, then hard-linked into place,
-    which fails if the lock exists), so a lock is never seen empty; a live holder is an error naming it, a
-    dead one's lock is taken over."""
-    tmp = lock.with_name(f".{lock.name}.tmp-{os.getpid()}")
-    tmp.unlink(missing_ok=True)  # never write through a link a killed process left (it may be a lock)
-    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    try:
-        os.write(fd, str(os.getpid()).encode())
-    finally:
         os.close(fd)
-    try:
-        for _ in range(2):
-            try:
-                _link_or_create(tmp, lock)
-            except FileExistsError:
-                holder = _lock_holder(lock)
-                if holder is not None and _alive(holder):
-                    raise RuntimeError(
-                        f"{path} is being written by process {holder} (lock {lock}); wait for it, or stop that process"
-                    ) from None
-                lock.unlink(missing_ok=True)  # stale: its process is gone
-                continue
-            return
-        raise RuntimeError(f"could not take the lock {lock}")
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
-def _link_or_create(tmp: Path, lock: Path) -> None:
-    """Hard-link ``tmp`` to ``lock`` (FileExistsError if it exists); where the file system has no hard
-    links, create ``lock`` exclusively and copy the PID in."""
+PID = "[1-9][0-9]{0,9}"  # a PID as this process writes it into a lock
+
+
+def _take(lock: Path, path: Path) -> int:
+    """An open descriptor of ``lock``, locked, with this process's PID written in; a held lock is a
+    RuntimeError, and any OSError (a folder, a link, a folder that cannot be written) one naming ``lock``."""
+    fd = None
     try:
-        os.link(tmp, lock)
-    except FileExistsError:
-        raise
-    except OSError:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "it is not a regular file")
         try:
-            os.write(fd, tmp.read_bytes())
-        finally:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            said = os.pread(fd, 16, 0).decode("ascii", "replace")
+            pid = f"pid {said}, " if re.fullmatch(PID, said) else ""
+            raise RuntimeError(
+                f"{path} is being written by another process ({pid}lock {lock}); wait for it, or stop that process"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        return fd
+    except BaseException as err:
+        if fd is not None:
             os.close(fd)
-
-
-def _lock_holder(lock: Path) -> int | None:
-    try:
-        text = lock.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+        if not isinstance(err, OSError):
+            raise
+        reason = "it is a link" if err.errno == errno.ELOOP else err.strerror or str(err)
+        named = type(err)(f"cannot write {path}: its lock {lock} cannot be taken ({reason})")
+        named.errno = err.errno
+        raise named from None
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` is alive: never 0 (to os.kill, this process's group) nor past any pid_t."""
+    if not 0 < pid < 1 << 31:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Collection, Container
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,16 @@ class Profile:
             raise ValueError(
                 f"run {self.run!r} at eval_len {T}: key0 must have s_hat's shape {tuple(self.s_hat.shape)}, "
                 f"got {tuple(self.key0.shape)}"
+            )
+        averaged = self.meta.get("heads_averaged", [])
+        if not isinstance(averaged, (list, tuple)) or any(
+            isinstance(n, bool) or not isinstance(n, int) for n in averaged
+        ):
+            raise ValueError(f"run {self.run!r}: heads_averaged must be a list of eval lengths, got {averaged!r}")
+        if T in averaged and self.s_hat.shape[1] != 1:
+            raise ValueError(
+                f"run {self.run!r} at eval_len {T}: heads_averaged lists {T}, but s_hat holds "
+                f"{self.s_hat.shape[1]} heads, not their one mean"
             )
         for name, t in (("s_hat", self.s_hat), ("key0", self.key0)):
             if t is not None and (torch.isnan(t).any() or torch.isposinf(t).any()):
@@ -233,6 +244,9 @@ def save_profiles(
 STORE_DTYPES = (torch.float32, torch.float16, torch.int16)
 CODE_MAX = 32767  # int16 codes -32767..32767 span a row's range; -32768 stands for -inf
 NLL_DTYPE = torch.float32  # the per-position mean NLL as stored (about 7 significant digits), read back as float64
+CODE_SCALES = (".low", ".step")  # beside int16 codes: each row's low and step (quantize)
+PROFILE_TENSORS = ("s_hat", "key0", "nll", *(f + s for f in ("s_hat", "key0") for s in CODE_SCALES))
+COPY_FIELDS = ("gaps", "nll_copy", "nll_control")
 
 
 def as_stored(profiles: list[Profile], dtype: torch.dtype = torch.float32) -> list[Profile]:
@@ -307,41 +321,63 @@ def dequantize(codes: torch.Tensor, low: torch.Tensor, step: torch.Tensor) -> to
 
 
 def _stored(tensors: dict, name: str) -> torch.Tensor | None:
-    """A stored s_hat or key0 as float32 (decoded if it was stored as int16 codes); None if absent."""
+    """A stored s_hat or key0 (``name`` = ``<key>/<field>``) as float32, None if absent; int16 codes are
+    decoded by their rows' ``.low`` and ``.step`` (float64, (layers, H, 1), finite, step > 0), which no
+    other dtype has."""
     if name not in tensors:
         return None
-    t = tensors[name]
-    if t.dtype == torch.int16:
-        return dequantize(t, tensors[name + ".low"], tensors[name + ".step"])
-    return t.float()
+    t, field = tensors[name], name.rsplit("/", 1)[-1]
+    scales = [tensors.get(name + suffix) for suffix in CODE_SCALES]
+    if t.dtype not in STORE_DTYPES:
+        raise ValueError(f"{field} is {t.dtype}: a store holds float32, float16 or int16 codes")
+    if t.dtype != torch.int16:
+        if scales != [None, None]:
+            raise ValueError(f"{field}.low and {field}.step belong to int16 codes, but {field} is {t.dtype}")
+        return t.float()
+    rows = (*t.shape[:-1], 1)
+    for suffix, scale in zip(CODE_SCALES, scales):
+        if scale is None or scale.dtype != torch.float64 or scale.shape != rows:
+            got = "none" if scale is None else f"{scale.dtype} {tuple(scale.shape)}"
+            raise ValueError(f"{field}{suffix} must be float64 {rows}, one per row of the codes; got {got}")
+    low, step = scales
+    if not torch.isfinite(low).all() or not (torch.isfinite(step) & (step > 0)).all():
+        raise ValueError(f"{field}.low must be finite and {field}.step finite and > 0")
+    values = dequantize(t, low, step)
+    if torch.isinf(values[t != -CODE_MAX - 1]).any():
+        raise ValueError(f"{field} decodes to values past float32's range")
+    return values
 
 
 def load_curves(path: str | Path) -> dict[tuple[str, bool], CopyCurve]:
-    """The copy probe's results in a store, by (run, bca); {} for a store without them."""
+    """The copy probe's results in a store, by (run, bca); {} for a store without them. A curve that is
+    not ``<run>/copy/<0|1>``, with gaps not distinct integers >= 0, or NLLs not finite ``(gaps, probes)``
+    floats is an error naming the store and the curve."""
     out = {}
     with safe_open(Path(path), framework="pt") as f:
-        names = set(f.keys())
-        for name in sorted(n for n in names if n.endswith("/gaps")):
+        for name in sorted(n for n in f.keys() if n.endswith("/gaps")):
             prefix = name[: -len("/gaps")]
-            run, kind, bca = prefix.split("/")
             try:
-                gaps = tuple(int(g) for g in f.get_tensor(name).tolist())
-                curve = CopyCurve(
-                    gaps, f.get_tensor(prefix + "/nll_copy").double(), f.get_tensor(prefix + "/nll_control").double()
-                )
-            except SafetensorError as err:
+                parts = prefix.split("/")
+                if len(parts) != 3 or not parts[0] or parts[1] != "copy" or parts[2] not in ("0", "1"):
+                    raise ValueError("a copy curve is named <run>/copy/<0 or 1>")
+                out[(parts[0], parts[2] == "1")] = _curve(*(f.get_tensor(f"{prefix}/{field}") for field in COPY_FIELDS))
+            except (SafetensorError, ValueError) as err:
                 raise ValueError(f"measurement store {path}: copy curve {prefix!r} is malformed ({err})") from err
-            if (
-                kind != "copy"
-                or bca not in ("0", "1")
-                or curve.nll_copy.shape != curve.nll_control.shape
-                or curve.nll_copy.shape[0] != len(gaps)
-                or not torch.isfinite(curve.nll_copy).all()
-                or not torch.isfinite(curve.nll_control).all()
-            ):
-                raise ValueError(f"measurement store {path}: copy curve {prefix!r} is malformed")
-            out[(run, bca == "1")] = curve
     return out
+
+
+def _curve(gaps: torch.Tensor, nll_copy: torch.Tensor, nll_control: torch.Tensor) -> CopyCurve:
+    """A stored copy curve, checked: gaps int64 ``(gaps,)``, distinct and >= 0; both NLLs finite ``(gaps, probes)``."""
+    if gaps.dtype != torch.int64 or gaps.ndim != 1:
+        raise ValueError(f"gaps must be int64 (gaps,); got {gaps.dtype} {tuple(gaps.shape)}")
+    if (gaps < 0).any() or len(set(gaps.tolist())) != len(gaps):
+        raise ValueError(f"gaps must be distinct and >= 0, got {gaps.tolist()[:20]}")
+    for name, t in (("nll_copy", nll_copy), ("nll_control", nll_control)):
+        if not t.is_floating_point() or t.ndim != 2 or t.shape != (len(gaps), nll_copy.shape[-1]):
+            raise ValueError(f"{name} must be finite floats ({len(gaps)}, probes); got {t.dtype} {tuple(t.shape)}")
+        if not torch.isfinite(t).all():
+            raise ValueError(f"{name} must be finite floats ({len(gaps)}, probes); it has NaN or inf")
+    return CopyCurve(tuple(gaps.tolist()), nll_copy.double(), nll_control.double())
 
 
 def load_window_values(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
@@ -350,8 +386,11 @@ def load_window_values(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
     out: dict[str, dict[str, torch.Tensor]] = {}
     with safe_open(Path(path), framework="pt") as f:
         for name in sorted(n for n in f.keys() if "/window/" in n):
-            key, value = name.split("/window/")
+            parts = name.split("/")
+            key, value = "/".join(parts[:3]), parts[-1]
             t = f.get_tensor(name)
+            if len(parts) != 5 or parts[3] != "window" or not _canonical(key) or not value.isidentifier():
+                raise ValueError(f"measurement store {path}: window values {name!r} are not <key>/window/<name>")
             if not t.is_floating_point() or t.ndim < 1 or not torch.isfinite(t).all():
                 raise ValueError(f"measurement store {path}: window values {name!r} are malformed")
             out.setdefault(key, {})[value] = t.double()
@@ -378,30 +417,48 @@ def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
     if not isinstance(runs, dict):
         raise ValueError(f"measurement store {path} has no run metadata")
     profiles = []
-    for name in sorted(tensors):
-        if not name.endswith("/s_hat"):  # the profiles; copy curves are read by load_curves
-            continue
-        key = name[: -len("/s_hat")]
+    for key in _profile_keys(path, tensors):  # the profiles; copy curves are read by load_curves
         try:
             run, eval_len, bca = key.split("/")
-            if bca not in ("0", "1"):
-                raise ValueError(f"the mask part must be 0 or 1, got {bca!r}")
-            profiles.append(
-                Profile(
-                    run,
-                    runs[run],
-                    int(eval_len),
-                    bca == "1",
-                    _stored(tensors, name),
-                    tensors[key + "/nll"].double(),
-                    _stored(tensors, key + "/key0"),
-                )
-            )
+            s_hat, key0, nll = _stored(tensors, f"{key}/s_hat"), _stored(tensors, f"{key}/key0"), tensors[key + "/nll"]
+            coded = [tensors[f"{key}/{name}"].dtype for name in ("s_hat", "key0") if f"{key}/{name}" in tensors]
+            if coded[-1] != coded[0]:
+                raise ValueError(f"key0 is {coded[1]} but s_hat {coded[0]}: a store codes both alike")
+            if nll.dtype not in (NLL_DTYPE, torch.float64):
+                raise ValueError(f"nll is {nll.dtype}: a store holds it as float32")
+            profiles.append(Profile(run, runs[run], int(eval_len), bca == "1", s_hat, nll.double(), key0))
         except (KeyError, ValueError, TypeError) as err:
             raise ValueError(f"measurement store {path}: entry {key!r} is malformed ({err})") from err
     if not profiles:
         raise ValueError(f"measurement store {path} holds no profiles")
     return profiles, header.get("about", {})
+
+
+def _canonical(key: str) -> bool:
+    """Whether ``key`` is ``<run>/<eval length in plain decimal>/<0|1>``: one spelling for each profile."""
+    return re.fullmatch(r"[^/]+/[1-9][0-9]*/[01]", key) is not None
+
+
+def _profile_keys(path: Path, names: Collection[str]) -> list[str]:
+    """The profile keys of a store's tensors, every name checked against the layout: ``<key>/<field>``
+    (:data:`PROFILE_TENSORS`) and ``<key>/window/<name>`` beside ``<key>/s_hat``, with a key spelled
+    canonically (:func:`_canonical`), and ``<run>/copy/<0|1>/<field>`` (:func:`load_curves`)."""
+    keys = {name[: -len("/s_hat")] for name in names if name.endswith("/s_hat")}
+    for name in names:
+        parts = name.split("/")
+        if len(parts) == 4 and parts[1] == "copy" and parts[2] in ("0", "1") and parts[3] in COPY_FIELDS:
+            continue
+        if not (len(parts) == 4 and parts[3] in PROFILE_TENSORS or len(parts) == 5 and parts[3] == "window"):
+            raise ValueError(f"measurement store {path}: tensor {name!r} is not part of a store's layout")
+        key = "/".join(parts[:3])
+        if not _canonical(key):
+            raise ValueError(
+                f"measurement store {path}: entry {key!r} is malformed (a key is <run>/<eval length in plain "
+                "decimal>/<0 or 1>, so that no two keys name one profile)"
+            )
+        if key not in keys:
+            raise ValueError(f"measurement store {path}: tensor {name!r} has no {key}/s_hat beside it")
+    return sorted(keys)
 
 
 def perplexities(nll: torch.Tensor, train_len: int) -> dict:

@@ -13,10 +13,12 @@ from attnres_helpers.__main__ import main as cli_main
 from attnres_helpers.data import eval_windows
 from attnres_helpers.measure import measure_model, measure_windows
 from attnres_helpers.metric import BOUNDARIES, HEAD_MODES, layer_resolution
+from attnres_helpers.probe import CopyCurve
 from attnres_helpers.store import (
     STORE_DTYPES,
     Profile,
     as_stored,
+    load_curves,
     load_profiles,
     load_window_values,
     perplexities,
@@ -483,3 +485,139 @@ def _plain(tmp_path: Path) -> Path:
     path = tmp_path / "plain.safetensors"
     save_profiles(path, [_profile()])
     return path
+
+
+# ------------------------------------------------------------------------ (i) every stored field checked at read
+
+
+def _rewritten(tmp_path: Path, changes: dict, dtype=torch.int16) -> Path:
+    """A store of ``_profile`` (random ŝ and key0, a copy curve) with ``changes`` (name: tensor, None to
+    delete it) written in by safetensors' own writer, none of our checks."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(0)
+    p = _profile(s_hat=torch.randn(2, 2, 8, generator=g), key0=torch.randn(2, 2, 8, generator=g))
+    curve = CopyCurve((0, 2, 6), torch.rand(3, 4, generator=g), torch.rand(3, 4, generator=g))
+    path = tmp_path / "lie.safetensors"
+    save_profiles(path, [p], dtype=dtype, curves={("r", False): curve})
+    with safe_open(path, framework="pt") as f:
+        tensors, metadata = {n: f.get_tensor(n) for n in f.keys()}, f.metadata()
+    for name, t in changes.items():
+        tensors.pop(name) if t is None else tensors.__setitem__(name, t)
+    save_file(tensors, path, metadata=metadata)
+    return path
+
+
+ROWS, F64 = (2, 2, 1), torch.float64
+
+
+@pytest.mark.parametrize(
+    "changes, reason",
+    [
+        ({"s_hat.step": -torch.ones(ROWS, dtype=F64)}, "s_hat.low must be finite and s_hat.step finite and > 0"),
+        ({"key0.step": torch.zeros(ROWS, dtype=F64)}, "key0.low must be finite and key0.step finite and > 0"),
+        ({"s_hat.low": torch.full(ROWS, math.nan, dtype=F64)}, "s_hat.low must be finite"),
+        (
+            {"s_hat.step": torch.ones(ROWS, dtype=torch.int64)},
+            "s_hat.step must be float64 (2, 2, 1), one per row of the codes; got torch.int64 (2, 2, 1)",
+        ),
+        (
+            {"s_hat.low": torch.tensor(0.0, dtype=F64)},
+            "s_hat.low must be float64 (2, 2, 1), one per row of the codes; got torch.float64 ()",
+        ),
+        (
+            {"key0.low": torch.zeros(2, 2, 8, dtype=F64)},
+            "key0.low must be float64 (2, 2, 1), one per row of the codes; got torch.float64 (2, 2, 8)",
+        ),
+        ({"s_hat.step": None}, "s_hat.step must be float64 (2, 2, 1), one per row of the codes; got none"),
+        ({"s_hat.step": torch.full(ROWS, 1e300, dtype=F64)}, "s_hat decodes to values past float32's range"),
+        (
+            {"s_hat": torch.ones(2, 2, 8, dtype=torch.int8)},
+            "s_hat is torch.int8: a store holds float32, float16 or int16 codes",
+        ),
+        ({"s_hat": torch.ones(2, 2, 8, dtype=torch.int32)}, "s_hat is torch.int32: a store holds"),
+        ({"key0": torch.ones(2, 2, 8, dtype=torch.bool)}, "key0 is torch.bool: a store holds"),
+        (
+            {"key0": torch.zeros(2, 2, 8), "key0.low": None, "key0.step": None},
+            "key0 is torch.float32 but s_hat torch.int16: a store codes both alike",
+        ),
+        ({"nll": torch.ones(8, dtype=torch.int64)}, "nll is torch.int64: a store holds it as float32"),
+    ],
+)
+def test_every_stored_field_is_checked_against_the_layout(tmp_path, changes, reason):
+    path = _rewritten(tmp_path, {f"r/8/0/{name}": t for name, t in changes.items()})
+    with pytest.raises(ValueError) as err:
+        load_profiles(path)
+    assert str(err.value).startswith(f"measurement store {path}: entry 'r/8/0' is malformed ({reason}")
+
+
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("r/8/0/extra", "is not part of a store's layout"),
+        ("r/16/0/nll", "has no r/16/0/s_hat beside it"),
+        ("r/8/0/x/window/r", "is not part of a store's layout"),
+    ],
+)
+def test_tensors_outside_the_layout_are_refused(tmp_path, name, why):
+    path = _rewritten(tmp_path, {name: torch.ones(8)})
+    with pytest.raises(ValueError) as err:
+        load_profiles(path)
+    assert str(err.value) == f"measurement store {path}: tensor {name!r} {why}"
+    stray = _rewritten(tmp_path, {"r/8/0/s_hat.low": torch.zeros(ROWS, dtype=F64)}, torch.float32)
+    with pytest.raises(
+        ValueError, match=r"\(s_hat.low and s_hat.step belong to int16 codes, but s_hat is torch.float32"
+    ):
+        load_profiles(stray)
+
+
+@pytest.mark.parametrize("spelling", ["08", "+8", "8_0", " 8"])
+def test_two_spellings_of_one_eval_length_are_refused(tmp_path, spelling):
+    """``r/08/0`` beside ``r/8/0`` would be a second entry of one profile: only plain decimal is read."""
+    path = _rewritten(tmp_path, {f"r/{spelling}/0/s_hat": torch.zeros(2, 2, 8), f"r/{spelling}/0/nll": torch.ones(8)})
+    with pytest.raises(ValueError) as err:
+        load_profiles(path)
+    assert str(err.value) == (
+        f"measurement store {path}: entry 'r/{spelling}/0' is malformed (a key is <run>/<eval length in "
+        "plain decimal>/<0 or 1>, so that no two keys name one profile)"
+    )
+
+
+@pytest.mark.parametrize(
+    "name, t, reason",
+    [
+        ("r/copy/0/gaps", torch.tensor([0, 2, 2]), "gaps must be distinct and >= 0, got [0, 2, 2]"),
+        ("r/copy/0/gaps", torch.tensor([0, -2, 6]), "gaps must be distinct and >= 0, got [0, -2, 6]"),
+        ("r/copy/0/gaps", torch.tensor([0, math.nan, 6]), "gaps must be int64 (gaps,); got torch.float32 (3,)"),
+        ("r/copy/0/gaps", torch.tensor([[0, 2, 6]]), "gaps must be int64 (gaps,); got torch.int64 (1, 3)"),
+        ("r/copy/0/nll_copy", torch.rand(3), "nll_copy must be finite floats (3, probes); got torch.float32 (3,)"),
+        ("r/copy/0/nll_control", torch.full((3, 4), math.nan), "nll_control must be finite floats (3, probes)"),
+        ("r/x/copy/0/gaps", torch.tensor([0]), "a copy curve is named <run>/copy/<0 or 1>"),
+    ],
+)
+def test_copy_curves_are_checked_at_read_naming_the_store_and_curve(tmp_path, name, t, reason):
+    path = _rewritten(tmp_path, {name: t})
+    with pytest.raises(ValueError) as err:
+        load_curves(path)
+    curve = name.rsplit("/", 1)[0]
+    assert str(err.value).startswith(f"measurement store {path}: copy curve {curve!r} is malformed ({reason}")
+    assert set(load_curves(_rewritten(tmp_path, {}))) == {("r", False)}
+
+
+def test_heads_averaged_must_name_profiles_of_one_head(tmp_path):
+    """A length listed as averaged has no mean-R records: its profile must hold the one mean "head"."""
+    meta = {"encoding": "rope", "seed": 0, "train_len": 4, "heads_averaged": [8]}
+    with pytest.raises(ValueError, match=r"^run 'r' at eval_len 8: heads_averaged lists 8, but s_hat holds 2 heads"):
+        _profile(meta=meta)
+    assert _profile(meta=meta, s_hat=torch.zeros(2, 1, 8)).heads_averaged
+    assert not _profile(meta={**meta, "heads_averaged": [16]}).heads_averaged
+    for bad in (8, [8.0], "8", [True]):
+        with pytest.raises(ValueError, match=r"^run 'r': heads_averaged must be a list of eval lengths"):
+            _profile(meta={**meta, "heads_averaged": bad})
+    path = _rewritten(tmp_path, {})
+    header = json.dumps({"runs": {"r": meta}})
+    from safetensors.torch import load_file, save_file
+
+    save_file(load_file(path), path, metadata={"attnres": header})
+    with pytest.raises(ValueError, match=r"entry 'r/8/0' is malformed \(run 'r' at eval_len 8: heads_averaged lists"):
+        load_profiles(path)

@@ -11,7 +11,9 @@ a shipped root (``data/checkpoints/``, ``data/hf_checkpoints/``) has one SHA256S
    ``meta`` device (no memory) and every tensor's name and shape is compared, so a relabelled or
    inflated ``config.json`` is refused before anything is allocated.
 
-It reads JSON and safetensors only: nothing is ever unpickled.
+It reads JSON and safetensors only: nothing is ever unpickled. A finished run is trusted by its own
+SHA256SUMS alone (:func:`verify_finished`), and a root of runs is sealed (:func:`seal_root`) only over
+runs that match theirs: nothing is ever re-sealed over files as they happen to be.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
-from .files import SUMS_FILE, verify_sha256sums
+from .files import SUMS_FILE, verify_sha256sums, write_text_atomic
+from .files import sha256sums as files_sha256sums
 from .model import ModelConfig
-from .paths import made_by
+from .paths import CHECKPOINTS, made_by
 
 if TYPE_CHECKING:
     from .hf import HFConfig
@@ -143,6 +146,25 @@ def verify_run(run_dir: Path, fix: str) -> None:
         )
 
 
+RETRAIN = "retrain it from scratch: delete the run folder and run its command again (train: --no-resume)"
+
+
+def verify_finished(run_dir: Path) -> None:
+    """A finished run against its own SHA256SUMS, the hash of record of what its training wrote (never a
+    root's): no SHA256SUMS, or a file changed, missing or unlisted, is refused in one line naming the run and
+    saying how to retrain it; nothing here (nor anywhere) re-seals it."""
+    run_dir = Path(run_dir)
+    if not (run_dir / SUMS_FILE).is_file():
+        raise ValueError(f"finished run {run_dir} has no {SUMS_FILE}: refused, never re-sealed; {RETRAIN}")
+    try:
+        verify_sha256sums(run_dir, RETRAIN)
+    except ValueError as err:
+        raise ValueError(
+            f"finished run {run_dir} does not match its {SUMS_FILE} (a file changed, missing or unlisted): "
+            f"refused, never re-sealed; {RETRAIN}"
+        ) from err
+
+
 def regenerate_command(run_dir: Path) -> str:
     """The command that makes ``run_dir`` again, for error messages (:func:`paths.made_by`)."""
     return made_by(run_dir)[0]
@@ -164,3 +186,46 @@ def load_checkpoint(path: str | Path, fix: str | None = None) -> torch.nn.Module
     model = build_model(cfg)
     load_weights(model, read_tensors(weights_path), weights_path)
     return model.eval()
+
+
+# ------------------------------------------------------------------------------------------ roots of runs
+
+
+def sha256sums(root: Path = CHECKPOINTS) -> str:
+    """``sha256  relative/path`` lines for every file under ``root`` but SHA256SUMS, sorted; never a run's
+    resume state (``state.json``, ``state-*.safetensors``) or a killed write's temporary (``.*.tmp-*``): a
+    folder holding them is not a finished set of checkpoints, and the verifier then refuses them as unlisted."""
+    text = files_sha256sums(root)
+    return "".join(line for line in text.splitlines(keepends=True) if not _transient(line.split("  ", 1)[1].strip()))
+
+
+def _transient(name: str) -> bool:
+    base = Path(name).name
+    return (
+        base == "state.json"
+        or (base.startswith("state-") and base.endswith(".safetensors"))
+        or (base.startswith(".") and ".tmp-" in base)
+    )
+
+
+def verify_checkpoints(root: Path = CHECKPOINTS, fix: str | None = None) -> None:
+    """Check every file under ``root`` against ``root/SHA256SUMS`` (:func:`files.verify_sha256sums`): a
+    file that is missing, unlisted or changed raises a ValueError naming it (a tampered config.json or
+    weight byte is caught before any model is built); ``fix`` is the command that regenerates ``root``
+    (default: by the folder, :func:`checkpoints.regenerate_command`: ``hf-train`` for data/hf_checkpoints/)."""
+    verify_sha256sums(root, fix or regenerate_command(Path(root)))
+
+
+def seal_root(root: Path) -> None:
+    """Write ``root/SHA256SUMS`` (where it changes) over the run folders under ``root``, each first
+    verified against its own seal (:func:`checkpoints.verify_finished`): a root is sealed only over
+    weights that their runs' hashes of record vouch for, never over files as they happen to be."""
+    root = Path(root)
+    text = sha256sums(root)
+    for name in sorted({line.split("  ", 1)[1].split("/", 1)[0] for line in text.splitlines()}):
+        if not (root / name).is_dir():
+            raise ValueError(f"{root / name} is not a run folder: refused (a root of checkpoints holds runs only)")
+        verify_finished(root / name)
+    sums = root / SUMS_FILE
+    if not sums.is_file() or sums.read_text(errors="replace") != text:
+        write_text_atomic(sums, text)

@@ -64,6 +64,20 @@ def measure_windows(model: torch.nn.Module, windows: torch.Tensor, bca: bool = F
     return {"s_hat": s_hat, "key0": key0_sum / windows.shape[0], "nll": nll_sum / windows.shape[0]}
 
 
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_measure(multiples: Iterable[int] = (1, 2, 4), n_windows: int = 32, batch_size: int = 8) -> None:
+    """Refuse measuring settings :func:`measure_model` cannot use, before any work: ``multiples`` a
+    non-empty list of integers >= 1, ``n_windows`` and ``batch_size`` integers >= 1."""
+    if isinstance(multiples, (str, bytes)) or not list(multiples) or not all(map(_count, multiples)):
+        raise ValueError(f"measure multiples must be a non-empty list of integers >= 1, got {multiples!r}")
+    for name, value in (("n_windows", n_windows), ("batch_size", batch_size)):
+        if not _count(value):
+            raise ValueError(f"measure {name} must be an integer >= 1, got {value!r}")
+
+
 def measure_model(
     model: torch.nn.Module,
     val_tokens: torch.Tensor,
@@ -80,6 +94,8 @@ def measure_model(
     ``meta`` is the run's metadata (seed and any other keys; encoding and train_len are taken from
     the model). R and perplexities are then queries: :func:`attnres_helpers.store.records`.
     """
+    multiples = list(multiples)
+    check_measure(multiples, n_windows, batch_size)
     cfg = model.cfg
     meta = {**meta, "encoding": cfg.encoding, "train_len": cfg.train_len}
     profiles = []

@@ -8,8 +8,11 @@ Files in ``out_dir``
     ``state-<step>.safetensors`` (fp32 weights, AdamW moments and step counts, torch's CPU RNG state).
     Each file is written to a temporary name and ``os.replace``d; state.json is replaced last and names
     its tensor file, so it always points at a complete checkpoint. Nothing is ever pickled.
-  - when done (the resume state is then deleted): ``model.safetensors`` (fp16 weights) and
-    ``config.json`` (model config, training settings, final train/validation loss, tokens/s, wall time).
+  - when done: ``model.safetensors`` (fp16 weights), then ``SHA256SUMS`` (its hash and that of the
+    config.json about to be written: the seal, written only over what training just wrote), then
+    ``config.json`` (model config, training settings, final train/validation loss, tokens/s, wall time),
+    which marks the run finished; then the resume state is deleted. A finished run is reused only if it
+    matches its seal (:func:`checkpoints.verify_finished`); it is never re-sealed.
 
 Batches depend only on (seed, step) (``batch_generator``), so a run interrupted and resumed from its
 last checkpoint ends bit-identical on CPU to an uninterrupted one.
@@ -17,6 +20,7 @@ last checkpoint ends bit-identical on CPU to an uninterrupted one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -26,7 +30,16 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .checkpoints import CONFIG_JSON, MODEL_FILE, build_model, load_checkpoint, load_weights, read_json, read_tensors
+from .checkpoints import (
+    CONFIG_JSON,
+    MODEL_FILE,
+    build_model,
+    load_checkpoint,
+    load_weights,
+    read_json,
+    read_tensors,
+    verify_finished,
+)
 from .data import eval_windows, get_batch, load_splits
 from .files import SUMS_FILE, atomic_write, sha256_file, write_text_atomic
 from .files import write_safetensors as save_file  # no temporary of safetensors' own
@@ -83,8 +96,12 @@ def evaluate_loss(
 # ---------------------------------------------------------------- resume state
 
 
+def _json_text(obj: dict) -> str:
+    return json.dumps(obj, indent=1) + "\n"
+
+
 def _write_json(path: Path, obj: dict) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1) + "\n"))
+    write_text_atomic(path, _json_text(obj))
 
 
 def _save_state(out_dir: Path, step: int, model, optimizer, meta: dict) -> None:
@@ -184,13 +201,14 @@ def train(
     meta = {"model": cfg.to_dict(), "train": settings}
 
     if resume and (out_dir / CONFIG_JSON).is_file():
+        _delete_state(out_dir)  # a run killed after its config.json was written: its last step
+        verify_finished(out_dir)  # hashes first: its seal, never rewritten
         finished = read_json(out_dir / CONFIG_JSON)
         if {k: finished.get(k) for k in meta} != meta:
             raise ValueError(
                 f"checkpoint file {out_dir / CONFIG_JSON} is a finished run with other settings; "
                 "use another out_dir or resume=False"
             )
-        _seal(out_dir)  # a run killed after its config.json was written: finish its last two steps
         return load_checkpoint(out_dir), finished
     _check_writable(out_dir)  # before any step: a folder that cannot be written is an error now
 
@@ -246,8 +264,13 @@ def train(
     }
     half = {k: v.detach().cpu().half().contiguous() for k, v in model.state_dict().items()}
     atomic_write(out_dir / MODEL_FILE, lambda tmp: save_file(half, tmp))
-    _write_json(out_dir / CONFIG_JSON, summary)  # from here on the run is finished
-    _seal(out_dir)
+    config = _json_text(summary)
+    digest = hashlib.sha256(config.encode()).hexdigest()
+    write_text_atomic(
+        out_dir / SUMS_FILE, f"{digest}  {CONFIG_JSON}\n{sha256_file(out_dir / MODEL_FILE)}  {MODEL_FILE}\n"
+    )
+    write_text_atomic(out_dir / CONFIG_JSON, config)  # from here on the run is finished
+    _delete_state(out_dir)
     return model.eval(), summary
 
 
@@ -268,17 +291,17 @@ def training_settings(
     }
 
 
-def _seal(out_dir: Path) -> None:
-    """A finished run's last steps: delete the resume state, then write SHA256SUMS of its two files
-    (config.json and model.safetensors), unless it is there already; anything else in the folder stays
-    unlisted, so the loader refuses it."""
+def check_training(cfg: ModelConfig, seed: int, device: str = "cpu", checkpoint_every: int = 0, **training) -> None:
+    """What :func:`train` refuses at its start (settings, device), for a caller that checks every run
+    before any trains; ``training``: steps, batch_tokens, lr, warmup and optionally weight_decay."""
+    _check_settings(cfg, training_settings(**training, seed=seed), checkpoint_every, device)
+
+
+def _delete_state(out_dir: Path) -> None:
+    """A finished run's resume state is deleted (anything else in the folder stays unlisted in its
+    SHA256SUMS, so the loader refuses it)."""
     for stale in [out_dir / STATE_JSON, *out_dir.glob("state-*.safetensors")]:
         stale.unlink(missing_ok=True)
-    if not (out_dir / SUMS_FILE).is_file():
-        write_text_atomic(
-            out_dir / SUMS_FILE,
-            "".join(f"{sha256_file(out_dir / name)}  {name}\n" for name in (CONFIG_JSON, MODEL_FILE)),
-        )
 
 
 def _check_writable(out_dir: Path) -> None:

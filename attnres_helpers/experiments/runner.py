@@ -9,8 +9,13 @@ parent rewrites the dataset's store after every finished run, atomically, holdin
 - **Stopping is safe.** Workers die with the parent (the kernel's parent-death signal, and a watchdog).
   A worker's error, or a store write that fails, stops the whole run at once: the runs in flight are
   cancelled and what finished is kept. A rerun continues where it stopped.
-- **Runs already in a store** with the same metadata are kept, not re-run; a store written by another
-  process at the same time is refused (:func:`files.exclusive`).
+- **Runs already in a store** with the same metadata and measuring settings are kept, not re-run; runs
+  a dataset does not list are kept as they are (one line says so), and a run leaves a store only when
+  asked by name (``drop``, the CLI's ``--drop RUN``; a line names each). The store's lock
+  (:func:`files.exclusive`) is held for the whole command, training included (the workers take none),
+  so a second command on the same store is refused at once; every input is checked before any work.
+- **Seals.** A root (``Dataset.sums``) is sealed only over runs that match their own SHA256SUMS
+  (:func:`checkpoints.seal_root`); a finished run whose seal is missing or wrong is refused, never re-sealed.
 - **Across processes, under torchrun** (:func:`run_datasets_distributed`; the CLI's
   ``torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed``), off the default path: the
   N ranks join one gloo group, rank r trains and measures its share ``todo[r::N]`` of the runs (one torch
@@ -41,13 +46,13 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import files
-from ..checkpoints import load_checkpoint, regenerate_command
+from ..checkpoints import load_checkpoint, seal_root, sha256sums, verify_checkpoints, verify_finished
 from ..data import load_splits
-from ..files import atomic_write, write_text_atomic
-from ..measure import measure_model
+from ..files import SUMS_FILE, atomic_write, write_text_atomic
+from ..measure import check_measure, measure_model
 from ..probe import copy_curve, copy_probes, gaps_for
 from ..store import Profile, as_stored, average_heads, load_curves, load_profiles, records, save_profiles
-from ..train import train
+from ..train import check_training, train
 from .specs import (
     CHECKPOINTS,
     ENCODINGS,
@@ -63,36 +68,12 @@ from .specs import (
     checkpoint_dir,
     default_dataset,
     family_v2_dataset,
+    measure_settings,
     run_meta,
     slug,
 )
 
 TRAINED_KEYS = ("train_loss", "val_loss", "wall_s", "tokens_per_s", "device")  # config.json results kept in a store
-
-
-def sha256sums(root: Path = CHECKPOINTS) -> str:
-    """``sha256  relative/path`` lines for every file under ``root`` but SHA256SUMS, sorted; never a run's
-    resume state (``state.json``, ``state-*.safetensors``) or a killed write's temporary (``.*.tmp-*``): a
-    folder holding them is not a finished set of checkpoints, and the verifier then refuses them as unlisted."""
-    text = files.sha256sums(root)
-    return "".join(line for line in text.splitlines(keepends=True) if not _transient(line.split("  ", 1)[1].strip()))
-
-
-def _transient(name: str) -> bool:
-    base = Path(name).name
-    return (
-        base == "state.json"
-        or (base.startswith("state-") and base.endswith(".safetensors"))
-        or (base.startswith(".") and ".tmp-" in base)
-    )
-
-
-def verify_checkpoints(root: Path = CHECKPOINTS, fix: str | None = None) -> None:
-    """Check every file under ``root`` against ``root/SHA256SUMS`` (:func:`files.verify_sha256sums`): a
-    file that is missing, unlisted or changed raises a ValueError naming it (a tampered config.json or
-    weight byte is caught before any model is built); ``fix`` is the command that regenerates ``root``
-    (default: by the folder, :func:`checkpoints.regenerate_command`: ``hf-train`` for data/hf_checkpoints/)."""
-    files.verify_sha256sums(root, fix or regenerate_command(Path(root)))
 
 
 # ------------------------------------------------------------------------------------------ one run
@@ -116,10 +97,10 @@ def train_spec(spec: RunSpec, device: str = "cpu", progress: bool = False) -> di
 def measure_spec(spec: RunSpec, summary: dict, device: str = "cpu") -> tuple[list[Profile], dict]:
     """Profiles of the checkpoint in ``spec.out_dir`` (verified, its fp16 weights as shipped) with the
     spec's measuring settings, and its copy curves by (run, bca) where ``spec.probe``. The metadata gains
-    ``trained``: the final losses, wall time and tokens/s from config.json."""
+    ``measure`` (multiples, n_windows) and ``trained``: the final losses, wall time and tokens/s."""
     _, val_tokens = load_splits()
     model = load_checkpoint(spec.out_dir).to(device)
-    meta = {**spec.meta, "trained": {k: summary["results"][k] for k in TRAINED_KEYS}}
+    meta = {**spec.stored_meta, "trained": {k: summary["results"][k] for k in TRAINED_KEYS}}
     profiles = measure_model(model, val_tokens.to(device), spec.name, meta, **{**MEASURE, **spec.measure})
     curves = {}
     if spec.probe:
@@ -224,25 +205,34 @@ def _in_pool(work, tasks: list[tuple], jobs: int, desc: str, progress: bool, dea
     pool.shutdown(wait=True)
 
 
-def _kept(ds: Dataset, path: Path | None = None) -> tuple[list[Profile], dict]:
-    """The profiles and curves already in ``ds.store`` (or in ``path``, a part of it) whose runs are wanted
-    with the same metadata, and with their copy curves where the spec asks for the probe."""
-    path = Path(path or ds.store)
-    if not path.is_file():
-        return [], {}
-    wanted = {s.name: s.meta for s in ds.specs}
-    old, curves = load_profiles(path)[0], load_curves(path)
-    probed = {run for run, _ in curves}
-    needs_probe = {s.name for s in ds.specs if s.probe}
-    kept = [
-        p
-        for p in old
-        if p.run in wanted
-        and {k: p.meta.get(k) for k in wanted[p.run]} == wanted[p.run]
-        and (p.run in probed or p.run not in needs_probe)
-    ]
-    runs = {p.run for p in kept}
-    return kept, {key: c for key, c in curves.items() if key[0] in runs}
+def _load(path: Path) -> tuple[list[Profile], dict, dict]:
+    """A store's profiles, copy curves and header (all empty where there is no file)."""
+    if not Path(path).is_file():
+        return [], {}, {}
+    profiles, about = load_profiles(path)
+    return profiles, load_curves(path), about
+
+
+def _replace(profiles: list[Profile], curves: dict, new: list[Profile], new_curves: dict) -> tuple[list, dict]:
+    """``profiles`` and ``curves`` with the runs of ``new`` replaced by them."""
+    runs = {p.run for p in new}
+    kept_curves = {key: c for key, c in curves.items() if key[0] not in runs}
+    return [p for p in profiles if p.run not in runs] + new, {**kept_curves, **new_curves}
+
+
+def _check_inputs(datasets: list[Dataset], device: str) -> None:
+    """Every input, before any work: one store per dataset, each a file path; the device; each run's
+    training and measuring settings (an error names the run)."""
+    stores = [Path(ds.store) for ds in datasets]
+    if len(set(stores)) != len(stores):
+        raise ValueError("two datasets write the same store")
+    for ds in datasets:
+        if Path(ds.store).exists() and not Path(ds.store).is_file():
+            raise ValueError(f"store {ds.store} is a folder (or another non-file): give the path of a store file")
+        for spec in ds.specs:
+            with _naming(spec):
+                check_training(spec.cfg, spec.seed, device, **spec.training)
+                check_measure(**{**MEASURE, **spec.measure})
 
 
 def run_datasets(
@@ -252,47 +242,90 @@ def run_datasets(
     progress: bool = True,
     deadline_s: float | None = None,
     finished_only: bool = False,
+    drop: Collection[str] = (),
 ) -> dict[Path, list[Profile]]:
     """Train and measure every run of every dataset, ``jobs`` at once, taking the datasets' runs in turn
-    (one of each, then the next of each), so that a deadline leaves a part of every dataset. Each store
-    is rewritten after every finished run of it, atomically, under its lock. With ``deadline_s``, runs not
-    started within that many seconds are skipped. ``finished_only``: measure only the runs whose training
-    has finished (config.json present), train nothing. A dataset with ``sums`` gets its SHA256SUMS
-    rewritten once all its runs are trained. Returns each store's profiles exactly as the store holds
-    them (:func:`store.as_stored`)."""
-    stores = [Path(ds.store) for ds in datasets]
-    if len(set(stores)) != len(stores):
-        raise ValueError("two datasets write the same store")
-    with _locks(stores):
-        kept, curves, todo = _plan(datasets, finished_only)
-        work = partial(train_and_measure, device=device)
-        with closing(_in_pool(work, todo, jobs, "runs", progress, deadline_s)) as results:
-            for ds, (profiles, run_curves) in results:  # each run's store written as soon as it finishes
-                kept[ds.store] += as_stored(average_heads(profiles) if ds.average_heads else profiles, ds.dtype)
-                curves[ds.store].update(run_curves)
-                save_profiles(ds.store, kept[ds.store], ds.about, ds.dtype, curves[ds.store])
+    (one of each, then the next of each), so that a deadline leaves a part of every dataset. Every store's
+    lock is held throughout; each store is rewritten after every finished run of it, atomically. With
+    ``deadline_s``, runs not started within that many seconds are skipped. ``finished_only``: measure only
+    the runs whose training has finished (config.json present), train nothing. ``drop``: runs taken out
+    of the stores (by name; see :func:`_plan`). A dataset with ``sums`` has its root sealed
+    (:func:`seal_root`) once all its runs are trained. Prints a line per store: what was written, or
+    that nothing needed measuring. Returns each store's profiles exactly as the store holds them
+    (:func:`store.as_stored`)."""
+    _check_inputs(datasets, device)
+    with _locks([Path(ds.store) for ds in datasets]):
+        plan = _plan(datasets, finished_only, drop)
+        return _execute(datasets, plan, device, jobs, progress, deadline_s)
+
+
+def _plan(datasets: list[Dataset], finished_only: bool, drop: Collection[str] = (), say: bool = True) -> tuple:
+    """(held, curves, todo, written): what each store holds, every run in it but those in ``drop`` (a name
+    no store holds is an error), the runs still to do, the datasets' runs in turn, and the stores written
+    here. A store that loses a dropped run is written now, after a line naming each; a line names the
+    runs a store keeps as they are although its dataset does not list them (``say``: print the lines)."""
+    loaded = {ds.store: _load(ds.store) for ds in datasets}
+    unknown = sorted(set(drop) - {p.run for profiles, _, _ in loaded.values() for p in profiles})
+    if unknown:
+        raise ValueError(f"--drop {unknown[0]}: no run of that name in {', '.join(map(str, loaded))}")
+    held, curves, queues, written = {}, {}, [], set()
+    for ds in datasets:
+        profiles, stored_curves, about = loaded[ds.store]
+        runs, listed = sorted({p.run for p in profiles}), {s.name for s in ds.specs}
+        unlisted = [run for run in runs if run not in listed and run not in drop]
+        if unlisted and say:
+            print(
+                f"{ds.store} keeps, as they are, the runs its dataset does not list: {', '.join(unlisted)} (--drop RUN)"
+            )
+        held[ds.store] = [p for p in profiles if p.run not in drop]
+        curves[ds.store] = {key: c for key, c in stored_curves.items() if key[0] not in drop}
+        dropped = [run for run in runs if run in drop]
+        for run in dropped if say else ():
+            print(f"{ds.store}: dropping run {run} (--drop)")
+        if dropped:  # said first, then written
+            save_profiles(ds.store, held[ds.store], ds.about, ds.dtype, curves[ds.store])
+            written.add(ds.store)
+        current = ds.current(held[ds.store], curves[ds.store], about)
+        ready = [s for s in ds.specs if not finished_only or (s.out_dir / "config.json").is_file()]
+        queues.append([(ds, s) for s in ready if s.name not in current])
+    todo = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+    return held, curves, todo, written
+
+
+def _execute(
+    datasets: list[Dataset], plan: tuple, device: str, jobs: int, progress: bool, deadline_s: float | None = None
+) -> dict[Path, list[Profile]]:
+    """The runs of ``plan`` (:func:`_plan`) in the pool, each store rewritten as each of its runs finishes
+    (the caller holds the stores' locks); then the roots sealed and a line printed per store."""
+    held, curves, todo, written = plan
+    work = partial(train_and_measure, device=device)
+    with closing(_in_pool(work, todo, jobs, "runs", progress, deadline_s)) as results:
+        for ds, (profiles, run_curves) in results:  # each run's store written as soon as it finishes
+            new = as_stored(average_heads(profiles) if ds.average_heads else profiles, ds.dtype)
+            held[ds.store], curves[ds.store] = _replace(held[ds.store], curves[ds.store], new, run_curves)
+            save_profiles(ds.store, held[ds.store], ds.about, ds.dtype, curves[ds.store])
+            written.add(ds.store)
+    _seal_roots(datasets)
+    _report([ds.store for ds in datasets], held, written, {ds.store for ds, _ in todo})
+    return held
+
+
+def _report(stores: list[Path], held: dict, written: set, asked: set) -> None:
+    """One line per store: what was written to it, or why nothing was."""
+    for store in stores:
+        if store in written:
+            print(f"{len(held[store])} profiles written to {store}")
+        elif store in asked:
+            print(f"nothing written to {store}: none of its runs started before the deadline")
+        else:
+            print(f"nothing needed measuring: {store} already holds every run asked for; nothing written")
+
+
+def _seal_roots(datasets: list[Dataset]) -> None:
+    """:func:`seal_root` of each dataset's ``sums`` once all its runs are trained."""
     for ds in datasets:
         if ds.sums is not None and all((s.out_dir / "config.json").is_file() for s in ds.specs):
-            write_text_atomic(ds.sums / "SHA256SUMS", sha256sums(ds.sums))
-    return kept
-
-
-def _plan(datasets: list[Dataset], finished_only: bool) -> tuple[dict, dict, list]:
-    """What each store keeps (profiles, curves), and the runs still to do, the datasets' runs in turn."""
-    kept: dict[Path, list[Profile]] = {}
-    curves: dict[Path, dict] = {}
-    queues = []
-    for ds in datasets:
-        kept[ds.store], curves[ds.store] = _kept(ds)
-        done = {p.run for p in kept[ds.store]}
-        queues.append(
-            [
-                (ds, s)
-                for s in ds.specs
-                if s.name not in done and (not finished_only or (s.out_dir / "config.json").is_file())
-            ]
-        )
-    return kept, curves, [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+            seal_root(ds.sums)
 
 
 @contextmanager
@@ -343,22 +376,26 @@ def _parts(store: Path) -> list[Path]:
     return sorted(store.parent.glob(f"{store.stem}.part*of*{store.suffix}"))
 
 
-def _merge_parts(datasets: list[Dataset]) -> dict[Path, list[Profile]]:
-    """Rank 0, holding every store's lock: each store rewritten with what it keeps and every part of it
-    (the wanted runs, by metadata), then the parts deleted."""
+def _merge_parts(datasets: list[Dataset], written: set | None = None) -> dict[Path, list[Profile]]:
+    """Rank 0, holding every store's lock: each store rewritten with every part of it (a part's runs that
+    its dataset asks for as they are replace the store's), then the parts deleted; ``written`` gains the
+    stores rewritten."""
     kept = {}
     for ds in datasets:
-        profiles, curves = _kept(ds)
+        profiles, curves, _ = _load(ds.store)
         parts = _parts(ds.store)
         for part in parts:
-            done = {p.run for p in profiles}
-            more, more_curves = _kept(ds, part)
-            profiles += as_stored([p for p in more if p.run not in done], ds.dtype)
-            curves.update({key: c for key, c in more_curves.items() if key[0] not in done})
+            more, more_curves, about = _load(part)
+            current = ds.current(more, more_curves, about)
+            more_curves = {key: c for key, c in more_curves.items() if key[0] in current}
+            new = as_stored([p for p in more if p.run in current], ds.dtype)
+            profiles, curves = _replace(profiles, curves, new, more_curves)
         if parts:
             save_profiles(ds.store, profiles, ds.about, ds.dtype, curves)
             for part in parts:
                 part.unlink()
+            if written is not None:
+                written.add(ds.store)
         kept[ds.store] = profiles
     return kept
 
@@ -375,8 +412,6 @@ def run_datasets_distributed(
     stopped run are merged by rank 0 at the next start, so a rerun continues where it stopped. A rank
     that fails is stopped by torchrun with the others. Returns the stores' profiles on rank 0, None on
     the others."""
-    import torch.distributed as dist
-
     env = distributed_rank()
     if env is None:
         raise RuntimeError(
@@ -385,37 +420,46 @@ def run_datasets_distributed(
         )
     rank, world, local = env
     _die_with_parent(os.getppid())  # each rank dies with torchrun's agent, as pool workers die with their parent
+    _check_inputs(datasets, _rank_device(device, local))
+    with _process_group(), ExitStack() as held:
+        if rank == 0:  # rank 0 holds every store's lock from the first merge to the last: the one writer
+            held.enter_context(_locks([Path(ds.store) for ds in datasets]))
+        return _distributed(datasets, device, progress, finished_only, env)
+
+
+def _distributed(datasets: list[Dataset], device: str, progress: bool, finished_only: bool, env: tuple) -> dict | None:
+    """:func:`run_datasets_distributed`'s work, in its process group, rank 0 holding every store's lock."""
+    import torch.distributed as dist
+
+    rank, world, local = env
     stores = [Path(ds.store) for ds in datasets]
-    if len(set(stores)) != len(stores):
-        raise ValueError("two datasets write the same store")
     device = _rank_device(device, local)
     if not str(device).startswith("cuda"):
         torch.set_num_threads(1)
-    with _process_group(), ExitStack() as held:
-        if rank == 0:  # rank 0 holds every store's lock from the first merge to the last: the one writer
-            held.enter_context(_locks(stores))
-            _merge_parts(datasets)  # what a stopped run left
-        dist.barrier()
-        _, _, todo = _plan(datasets, finished_only)  # the same plan on every rank: rank 0 has merged, nobody writes
-        mine = todo[rank::world]
-        parts = {ds.store: part_path(ds.store, rank, world) for ds in datasets}
-        done: dict[Path, list[Profile]] = {store: [] for store in stores}
-        curves: dict[Path, dict] = {store: {} for store in stores}
-        with _locks(sorted({parts[ds.store] for ds, _ in mine})):
-            for ds, spec in tqdm(mine, desc=f"runs (rank {rank})", disable=not progress or rank != 0):
-                profiles, run_curves = train_and_measure(spec, device, threads=torch.get_num_threads())
-                done[ds.store] += average_heads(profiles) if ds.average_heads else profiles
-                curves[ds.store].update(run_curves)
-                save_profiles(parts[ds.store], done[ds.store], ds.about, torch.float32, curves[ds.store])
-        dist.barrier()
-        kept = None
-        if rank == 0:
-            kept = _merge_parts(datasets)
-            for ds in datasets:
-                if ds.sums is not None and all((s.out_dir / "config.json").is_file() for s in ds.specs):
-                    write_text_atomic(ds.sums / "SHA256SUMS", sha256sums(ds.sums))
-        dist.barrier()
-        return kept
+    written: set = set()
+    if rank == 0:
+        _merge_parts(datasets, written)  # what a stopped run left
+    dist.barrier()
+    # the same plan on every rank: rank 0 has merged, nobody writes; rank 0 alone says what it keeps
+    _, _, todo, _ = _plan(datasets, finished_only, say=rank == 0)
+    mine = todo[rank::world]
+    parts = {ds.store: part_path(ds.store, rank, world) for ds in datasets}
+    done: dict[Path, list[Profile]] = {store: [] for store in stores}
+    curves: dict[Path, dict] = {store: {} for store in stores}
+    with _locks(sorted({parts[ds.store] for ds, _ in mine})):
+        for ds, spec in tqdm(mine, desc=f"runs (rank {rank})", disable=not progress or rank != 0):
+            profiles, run_curves = train_and_measure(spec, device, threads=torch.get_num_threads())
+            done[ds.store] += average_heads(profiles) if ds.average_heads else profiles
+            curves[ds.store].update(run_curves)
+            save_profiles(parts[ds.store], done[ds.store], ds.about, torch.float32, curves[ds.store])
+    dist.barrier()
+    kept = None
+    if rank == 0:
+        kept = _merge_parts(datasets, written)
+        _seal_roots(datasets)
+        _report(stores, kept, written, set())
+    dist.barrier()
+    return kept
 
 
 def _rank_device(device: str, local: int) -> str:
@@ -452,12 +496,14 @@ def reproduce(
     device: str = "cpu",
     jobs: int = 2,
     progress: bool = True,
+    drop: Collection[str] = (),
     **settings,
 ) -> list[Profile]:
     """The shipped experiment: train (or reuse finished runs in ``root``), measure, write the store and
-    ``root/SHA256SUMS``; ``settings``: ``model``, ``training``, ``measure`` of :func:`.specs.default_dataset`."""
+    seal ``root`` (:func:`seal_root`); ``drop``: runs taken out of the store (:func:`run_datasets`);
+    ``settings``: ``model``, ``training``, ``measure`` of :func:`.specs.default_dataset`."""
     dataset = default_dataset(root, store, encodings, seeds, **settings)
-    return run_datasets([dataset], device, jobs, progress)[Path(store)]
+    return run_datasets([dataset], device, jobs, progress, drop=drop)[Path(store)]
 
 
 def measure_checkpoints(
@@ -476,7 +522,10 @@ def measure_checkpoints(
         summary = json.loads((run_dir / "config.json").read_text())  # verified above
         model = load_checkpoint(run_dir)
         training = {k: summary["train"][k] for k in ("steps", "batch_tokens", "lr", "warmup", "weight_decay")}
-        meta = {**run_meta(model.cfg, s, training), "trained": {k: summary["results"][k] for k in TRAINED_KEYS}}
+        meta = {
+            **run_meta(model.cfg, s, training, measure=measure_settings(measure)),
+            "trained": {k: summary["results"][k] for k in TRAINED_KEYS},
+        }
         profiles += measure_model(model, val_tokens, run_dir.name, meta, **{**MEASURE, **measure})
     return profiles
 
@@ -484,7 +533,8 @@ def measure_checkpoints(
 def reuse_shipped(runs_root: Path = FAMILY_V2_RUNS, shipped: Path = CHECKPOINTS) -> dict[str, bool]:
     """For each setting of SHIPPED_AS whose seed 0 has been trained in ``runs_root``: True (and seeds 1, 2
     copied in from ``shipped``, after verifying its SHA256SUMS) where that seed 0's model.safetensors
-    equals the shipped seed 0 byte for byte; False where it differs (those seeds are then trained)."""
+    equals the shipped seed 0 byte for byte; False where it differs (those seeds are then trained). A copied
+    run keeps its own seal: model first, then SHA256SUMS, then config.json, which marks it finished."""
     verify_checkpoints(shipped)
     reused = {}
     for label, encoding in SHIPPED_AS.items():
@@ -498,7 +548,7 @@ def reuse_shipped(runs_root: Path = FAMILY_V2_RUNS, shipped: Path = CHECKPOINTS)
             continue
         for seed in (1, 2):
             target = Path(runs_root) / f"{slug(label)}-s{seed}"
-            for name in ("model.safetensors", "config.json"):  # model first: config.json marks a finished run
+            for name in ("model.safetensors", SUMS_FILE, "config.json"):
                 data = (checkpoint_dir(encoding, seed, shipped) / name).read_bytes()
                 atomic_write(target / name, lambda tmp, data=data: Path(tmp).write_bytes(data))
     return reused
@@ -512,32 +562,42 @@ def run_family_v2(
     progress: bool = True,
     measure_only: bool = False,
     distributed: bool = False,
+    drop: Collection[str] = (),
+    runs_root: Path = FAMILY_V2_RUNS,
 ) -> list[Profile] | None:
     """The v2 family (plan v2): seed 0 of every setting, then :func:`reuse_shipped`, then seeds 1 and 2
     (and, with ``extra_seeds``, seeds 3 and 4 of the RoPE-base and xPos-B settings), each measured with
-    the copy probe into ``store`` as it finishes; resumable. ``measure_only``: measure the runs whose
-    training has finished and train nothing (while another process trains the rest). ``distributed``:
-    under torchrun, each rank takes its share (:func:`run_datasets_distributed`); ``jobs`` is then unused,
-    and the profiles are returned on rank 0 only (None elsewhere)."""
+    the copy probe into ``store`` as it finishes; resumable; the store's lock held throughout, training
+    included. ``measure_only``: measure the runs whose training has finished and train nothing (while
+    another process trains the rest). ``drop``: runs taken out of the store (:func:`run_datasets`).
+    ``distributed``: under torchrun, each rank takes its share (:func:`run_datasets_distributed`); ``jobs``
+    is then unused, and the profiles are returned on rank 0 only (None elsewhere)."""
+    store = Path(store)
+    dataset = family_v2_dataset(store, SEEDS, device, runs_root, extra_seeds)
+    first = (
+        []
+        if measure_only
+        else [
+            s
+            for s in family_v2_dataset(store, (0,), device, runs_root).specs
+            if s.extra["config"] in SHIPPED_AS and not (s.out_dir / "config.json").is_file()
+        ]
+    )  # the five seeds 0 that decide the reuse, trained before anything else
     if distributed:
-        return _run_family_v2_distributed(Path(store), device, extra_seeds, progress, measure_only)
-    if measure_only:
-        dataset = family_v2_dataset(store, SEEDS, device, extra_seeds=extra_seeds)
-        return run_datasets([dataset], device, jobs, progress, finished_only=True)[Path(store)]
-    first = [
-        s
-        for s in family_v2_dataset(store, (0,), device).specs
-        if s.extra["config"] in SHIPPED_AS and not (s.out_dir / "config.json").is_file()
-    ]
-    train_specs(first, device, jobs, progress)  # the five seeds 0 that decide the reuse, before anything else
-    reuse_shipped(FAMILY_V2_RUNS)
-    return run_datasets([family_v2_dataset(store, SEEDS, device, extra_seeds=extra_seeds)], device, jobs, progress)[
-        Path(store)
-    ]
+        if drop:
+            raise ValueError("--drop is for a plain run: drop the runs first without --distributed")
+        return _run_family_v2_distributed(dataset, first, device, progress, measure_only, runs_root)
+    _check_inputs([dataset], device)
+    with files.exclusive(store):  # the whole command: a second one on this store is refused at once
+        plan = _plan([dataset], measure_only, drop)
+        if not measure_only:
+            train_specs(first, device, jobs, progress)
+            reuse_shipped(runs_root)
+        return _execute([dataset], plan, device, jobs, progress)[store]
 
 
 def _run_family_v2_distributed(
-    store: Path, device: str, extra_seeds: bool, progress: bool, measure_only: bool
+    dataset: Dataset, first: list[RunSpec], device: str, progress: bool, measure_only: bool, runs_root: Path
 ) -> list[Profile] | None:
     import torch.distributed as dist
 
@@ -547,23 +607,19 @@ def _run_family_v2_distributed(
             "--distributed runs under torchrun (RANK and WORLD_SIZE unset); start it with "
             "`torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed`"
         )
-    rank, world, _ = env
-    dataset = family_v2_dataset(store, SEEDS, device, extra_seeds=extra_seeds)
-    with _process_group():
-        if not measure_only:
-            first = [
-                s
-                for s in family_v2_dataset(store, (0,), device).specs
-                if s.extra["config"] in SHIPPED_AS and not (s.out_dir / "config.json").is_file()
-            ]
-            for spec in first[rank::world]:  # the five seeds 0 that decide the reuse, before anything else
-                train_only(spec, _rank_device(device, env[2]), threads=1)
-            dist.barrier()
-            if rank == 0:
-                reuse_shipped(FAMILY_V2_RUNS)
-            dist.barrier()
-        kept = run_datasets_distributed([dataset], device, progress, finished_only=measure_only)
-    return None if kept is None else kept[store]
+    rank, world, local = env
+    _check_inputs([dataset], _rank_device(device, local))
+    with _process_group(), ExitStack() as held:
+        if rank == 0:  # the store's lock from the first training step to the last write
+            held.enter_context(files.exclusive(dataset.store))
+        for spec in first[rank::world]:
+            train_only(spec, _rank_device(device, local), threads=1)
+        dist.barrier()
+        if rank == 0 and not measure_only:
+            reuse_shipped(runs_root)
+        dist.barrier()
+        kept = _distributed([dataset], device, progress, measure_only, env)
+    return None if kept is None else kept[dataset.store]
 
 
 def load_results(path: Path = STORE, boundary: str = "zero") -> list[dict]:
@@ -583,6 +639,7 @@ def ship_hf_checkpoints(
 
     runs_root, root, runs = Path(runs_root or HF_RUNS), Path(root or HF_CHECKPOINTS), runs or HF_SHIPPED
     for run in runs:
+        verify_finished(runs_root / run)  # copied only as its own seal vouches for it
         for name in ("config.json", "model.safetensors"):
             data = (runs_root / run / name).read_bytes()
             atomic_write(root / run / name, lambda tmp, data=data: Path(tmp).write_bytes(data))

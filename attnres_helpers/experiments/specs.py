@@ -6,6 +6,8 @@
   at the default's 1600 steps, with the copy probe);
 - `transformers`' architectures trained on our corpus (notebook 06);
 - the larger GPU configuration and round 2 of the sweep (``scripts/gpu_runs.py``).
+
+A Dataset also says which runs a store already holds as it asks for them (:meth:`Dataset.current`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..train import training_settings
 
 if TYPE_CHECKING:
     from ..hf import HFConfig
+    from ..store import Profile
 
 STORE = DATA / "results" / "default.safetensors"
 
@@ -53,6 +56,13 @@ def run_meta(cfg: ModelConfig | HFConfig, seed: int, training: dict, **extra) ->
     }
 
 
+def measure_settings(measure: dict) -> dict:
+    """Measuring settings as a run's stored metadata records them (``measure``): the multiples of L and the
+    number of windows, MEASURE's where ``measure`` leaves them out."""
+    settings = {**MEASURE, **measure}
+    return {"multiples": list(settings["multiples"]), "n_windows": settings["n_windows"]}
+
+
 def checkpoint_dir(encoding: str, seed: int, root: Path = CHECKPOINTS) -> Path:
     return Path(root) / f"{encoding}-s{seed}"
 
@@ -80,6 +90,11 @@ class RunSpec:
     def meta(self) -> dict:
         return run_meta(self.cfg, self.seed, self.training, **self.extra)
 
+    @property
+    def stored_meta(self) -> dict:
+        """The metadata a store holds for this run: :attr:`meta` and its measuring settings (``measure``)."""
+        return {**self.meta, "measure": measure_settings(self.measure)}
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -93,6 +108,30 @@ class Dataset:
     dtype: torch.dtype = torch.float32
     sums: Path | None = None
     average_heads: bool = False
+
+    def current(self, profiles: list[Profile], curves: dict, about: dict) -> set[str]:
+        """The runs of this dataset that ``profiles`` (and copy ``curves``) of a store whose header is ``about``
+        hold as it asks for them: the same metadata, measured with the same settings at each length asked for,
+        with copy curves where the spec asks for the probe. A run stored before runs recorded their measuring
+        settings counts as measured with the header's ``n_windows``."""
+        by_run: dict[str, list[Profile]] = {}
+        for p in profiles:
+            by_run.setdefault(p.run, []).append(p)
+        header = about.get("measure") if isinstance(about.get("measure"), dict) else {}
+        probed = {run for run, _ in curves}
+        current = set()
+        for spec in self.specs:
+            held, want = by_run.get(spec.name), spec.stored_meta
+            if not held:
+                continue
+            meta = {"measure": {**want["measure"], "n_windows": header.get("n_windows")}, **held[0].meta}
+            if (
+                {p.eval_len for p in held} == {k * spec.cfg.train_len for k in want["measure"]["multiples"]}
+                and {k: meta.get(k) for k in want} == want
+                and (spec.name in probed or not spec.probe)
+            ):
+                current.add(spec.name)
+        return current
 
 
 def default_dataset(

@@ -332,6 +332,7 @@ def layer_resolution_figure(
         axes.flat[0].set_ylim(bottom=smallest / 3)
     handles = [Patch(color=f"C{j}", label=c) for j, c in enumerate(columns)]
     handles.append(Line2D([], [], marker="o", linestyle="", color="k", markersize=3, label="one seed"))
+    handles.append(Line2D([], [], color="k", linewidth=1, label="min–max over seeds"))
     if ref_rows is not None:
         handles.append(Line2D([], [], color="k", linestyle=":", linewidth=1.5, label=f"{reference} {reference_column}"))
     free = axes.flat[len(encodings) :]

@@ -1,4 +1,5 @@
-"""Tables from measurement records: seed means ± spread, the paper's Table 3, the sink's weight.
+"""Tables from measurement records: seed means ± SD (the sample standard deviation over seeds), the
+paper's Table 3, the sink's weight.
 
 Pure functions over the tidy records of :mod:`attnres_helpers.measure` (one dict per encoding,
 seed, train_len, eval_len, bca, head_mode, layer), shared by the tests and notebooks 03 and 04.
@@ -175,7 +176,7 @@ def pair_table(
     records: list[dict], head_mode: HeadMode = "mean-scores", layer: str | int = "mean", sink_free: bool = False
 ) -> list[dict]:
     """One row per encoding: R and perplexity at every measured length, with and without BCA, as
-    seed means ± spread (R of ``layer``: "mean" as in Table 3, "upper", or an index), next to the
+    seed means ± SD (R of ``layer``: "mean" as in Table 3, "upper", or an index), next to the
     paper's values where it has them (the paper's are layer means). ``sink_free=True`` adds, beside
     each R column, its "... no sink" column: R of ŝ without the first-token entries (None where the
     records do not have it). The copy probe's pair, "copy within L" and "copy past L" (with and
@@ -515,7 +516,7 @@ def format_table(rows: list[dict], columns: list[str], digits: int | dict = 3) -
     """A fixed-width plain-text table of ``columns`` (first column left-aligned, the rest right).
 
     Numbers are rounded to ``digits`` decimals (an int, or {column: digits} with 3 for the rest);
-    a Stat prints as "mean ± spread", a missing value as "n/a".
+    a Stat prints as "mean ± SD" (its spread, the sample standard deviation), a missing value as "n/a".
     """
     cells = _cells(rows, columns, digits)
     widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns)]
@@ -533,7 +534,7 @@ class Table:
     """A table of rows for a notebook: the cells of :func:`format_table` (same rounding, "n/a"), shown
     as an HTML table (``_repr_html_``) that reflows with the page, or as Markdown
     (``_repr_markdown_``); ``str()`` and ``print`` give the plain text of :func:`format_table`, under
-    the caption if there is one. A cell "mean ± spread" may break in one place only, before its "±"
+    the caption if there is one. A cell "mean ± SD" may break in one place only, before its "±"
     (a no-break space joins "±" to the spread), so on a narrow page a wide table fits by putting each
     spread under its mean, and no cell ever ends in a bare "±"."""
 

@@ -57,8 +57,9 @@ def substance(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def execute(path: Path, timeout: int) -> bool:
-    """Run ``path``; write it back only if its substance changed. True where the file was rewritten."""
+def execute(path: Path, timeout: int, force: bool = False) -> bool:
+    """Run ``path``; write it back only if its substance changed (or, with ``force``, whatever changed: after
+    editing a cell whose outputs nbval ignores). True where the file was rewritten."""
     old = nbformat.read(path, as_version=4)
     new = copy.deepcopy(old)
     client = NotebookClient(
@@ -69,7 +70,7 @@ def execute(path: Path, timeout: int) -> bool:
     except CellExecutionError as err:
         raise SystemExit(f"{path}: a cell failed ({err.ename}: {err.evalue}); the file is unchanged") from None
     new, _ = CoalesceStreamsPreprocessor().preprocess(new, {})  # one stream output per flush run, as nbconvert
-    if substance(new) == substance(old):
+    if substance(new) == substance(old) and not (force and new != old):
         return False
     handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -86,13 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/*.ipynb")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds a cell may run (default 1800)")
+    parser.add_argument(
+        "--force", action="store_true", help="rewrite a notebook whose only changes are in outputs nbval ignores"
+    )
     args = parser.parse_args(argv)
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         parser.error(f"no such notebook: {', '.join(missing)}")
     for path in paths:
-        print(f"{path.name}: {'updated' if execute(path.resolve(), args.timeout) else 'unchanged'}", flush=True)
+        print(
+            f"{path.name}: {'updated' if execute(path.resolve(), args.timeout, args.force) else 'unchanged'}",
+            flush=True,
+        )
     return 0
 
 

@@ -11,7 +11,17 @@ MAX_LINES = 650
 # Low to high: a module may import its own layer's modules (not its own sub-package's siblings' parents)
 # and any lower layer, never a higher one.
 LAYERS = [
-    {"paths", "files", "metric", "model", "probe", "passkey", "masks", "data"},  # the teaching core, the repo's files
+    {
+        "paths",
+        "files",
+        "metric",
+        "model",
+        "probe",
+        "passkey",
+        "masks",
+        "data",
+        "notebook",
+    },  # the teaching core, the repo's files
     {"encodings", "store", "configured_store"},
     {"measure", "stats", "hf"},  # measuring: our models, statistics, transformers' models
     {"checkpoints", "train"},  # loading and training (an HF-built checkpoint needs hf's config)
@@ -27,6 +37,7 @@ LAYERS = [
         "configured_analysis",
         "copy_tables",
         "configured_plots",
+        "secondary_v2",
     },  # queries and pictures over stores
     {"__main__", "__init__"},
 ]

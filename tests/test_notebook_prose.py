@@ -1,4 +1,5 @@
-"""Phrases a reading group found going further than the data (issue 28): once removed, they stay out."""
+"""Phrases a reading group found going further than the data, or written for insiders: once removed, they
+stay out."""
 
 from pathlib import Path
 
@@ -12,6 +13,13 @@ REMOVED = {
     "interim until the family is complete": "plan v2's family is complete",
     "as notebook 05's family (400 steps": "400 steps was plan v1's family; plan v2's trains for 1600",
     "it carries $R$ (notebook 06)": "the pretrained model is in notebook 07",
+    "seed card": "insider wording: say what the claim is, not which card made it",
+    "design card": "insider wording: say what the claim is, not which card made it",
+    "Small is not the same as uninformative": "the copy gains carry little signal: notebook 05 prints how little",
+    "The probe is one retrieval task": "a copy probe intended as a retrieval outcome, which these models do not pass",
+    "The copy probe: retrieval past L": "a copy probe intended as a retrieval outcome, which these models do not pass",
+    "Answer to check against": "an exercise does not give its answer in the question",
+    "Solution (click to expand)": "answers are folded outputs (attnres_helpers.notebook.folded_answer)",
 }
 TEXTS = sorted(ROOT.glob("notebooks/*.ipynb")) + [ROOT / "README.md"]
 

@@ -356,7 +356,9 @@ def test_controls_that_cannot_act_are_disabled_with_a_reason_and_twins_are_named
     part(ui, "attnres-encoding").value = "sinusoidal"
     assert not part(ui, "attnres-slider-scale").disabled and "same design-time curve" in note.value
     part(ui, "attnres-encoding").value = "alibi"
-    assert note.value == "" and part(ui, "attnres-warning").layout.display == "none"
+    assert "same design-time curve" not in note.value and "disabled" not in note.value
+    assert 'boundary: "zero" and "drop" differ' in note.value  # every view says what the boundary menu changes
+    assert part(ui, "attnres-warning").layout.display == "none"
 
 
 def test_x_ticks_are_distances():
@@ -1028,3 +1030,17 @@ def test_trained_explorer_refuses_two_runs_of_one_setting_and_seed(tmp_path):
     path = tiny_store(tmp_path / "twins.safetensors", runs)
     with pytest.raises(ValueError, match="runs 'a' and 'b' are both setting 'base 100', seed 0"):
         trained_catalogue(path)
+
+
+@pytest.mark.parametrize("name", ["rope", "kerple-log", "t5", "nope", "alibi", "xpos"])
+@pytest.mark.parametrize("head_mode", ["mean-scores", "mean-R"])
+def test_the_boundary_note_gives_the_gap_between_the_two_boundaries(name, head_mode):
+    """R_zero − R_drop at 2L is the last distance's weight squared (Eq. 3): the note's number is that gap, and
+    it says so when the readout's 3 significant figures cannot show it."""
+    from attnres_helpers.widgets.design import boundary_gap, boundary_note
+
+    zero = explorer_state(name, 256, head_mode=head_mode)
+    drop = explorer_state(name, 256, boundary="drop", head_mode=head_mode)
+    assert boundary_gap(zero) == pytest.approx(zero["R_2L"] - drop["R_2L"], rel=1e-6, abs=1e-15)
+    hidden = format_sig(zero["R_2L"]) == format_sig(drop["R_2L"])
+    assert ("below the readout's 3 significant figures" in boundary_note(zero)) == hidden

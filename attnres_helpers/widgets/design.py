@@ -181,8 +181,8 @@ def explorer_notes(state: dict) -> tuple[list[str], list[str]]:
     """(notes, warnings) for one explorer view, as plain one-line texts.
 
     Notes: a disabled parameter's reason (NoPE's scale), the sinusoidal/RoPE twin, T5's lower end
-    of max_distance. Warnings: a flat curve (any parameter choice that makes every s[n] equal,
-    e.g. RoPE's rho = 0).
+    of max_distance, what the boundary menu changes (:func:`boundary_note`). Warnings: a flat curve
+    (any parameter choice that makes every s[n] equal, e.g. RoPE's rho = 0).
     """
     name = state["name"]
     notes = [reason for (encoding, _), reason in INERT_PARAMS.items() if encoding == name]
@@ -190,6 +190,7 @@ def explorer_notes(state: dict) -> tuple[list[str], list[str]]:
         notes.append(TWIN_NOTE)
     if name == "t5":
         notes.append(T5_NOTE.format(exact=state["params"]["num_buckets"] // 2))
+    notes.append(boundary_note(state))
     warnings = []
     if state["flat"]:
         why = (
@@ -199,6 +200,25 @@ def explorer_notes(state: dict) -> tuple[list[str], list[str]]:
         )
         warnings.append(FLAT_WARNING.format(why=why))
     return notes, warnings
+
+
+def boundary_gap(state: dict) -> float:
+    """R_zero − R_drop at 2L: Eq. 3's last term p_{N−1}(p_{N−1} − 0), the last distance's weight squared (of
+    the head-mean profile under mean-scores; the mean over heads of each head's under mean-R)."""
+    curve = state["curve"]
+    if state["head_mode"] == "mean-R" and curve.ndim == 2:
+        return float(np.mean([_softmax(head)[-1] ** 2 for head in curve]))
+    return float(state["weights_2L"][-1] ** 2)
+
+
+def boundary_note(state: dict) -> str:
+    """What the boundary menu changes in this view, in numbers: the gap at 2L, and whether the readout's
+    digits can show it."""
+    gap, r_2L = boundary_gap(state), abs(state["R_2L"])
+    shown = r_2L == 0 or gap >= 0.5 * 10 ** (math.floor(math.log10(r_2L)) - 2)  # 3 significant figures
+    return f'boundary: "zero" and "drop" differ at 2L by p(2L−1)², the last weight squared: {gap:.2g}' + (
+        "" if shown else ", below the readout's 3 significant figures"
+    )
 
 
 def _monotone_reason(state: dict) -> str:

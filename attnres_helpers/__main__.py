@@ -105,24 +105,22 @@ def _add_train_parser(subparsers, with_arguments: bool) -> None:
 
 def cmd_reproduce(args: argparse.Namespace) -> None:
     """Train every encoding and seed of the shipped experiment, measure them, write the store."""
-    from .experiments import STORE, reproduce
+    from .experiments import reproduce
 
-    profiles = reproduce(jobs=args.jobs, device=args.device)
-    print(f"{len(profiles)} profiles written to {STORE}")
+    reproduce(jobs=args.jobs, device=args.device, drop=args.drop)  # it says what it wrote
 
 
 def cmd_family(args: argparse.Namespace) -> None:
     """Train and measure the family v1 of notebook 05 (exploratory) into data/results/family.safetensors."""
-    from .experiments import FAMILY_STORE, family_dataset, run_datasets
+    from .experiments import family_dataset, run_datasets
 
-    profiles = run_datasets([family_dataset(device=args.device)], args.device, args.jobs)[FAMILY_STORE]
-    print(f"{len(profiles)} profiles written to {FAMILY_STORE}")
+    run_datasets([family_dataset(device=args.device)], args.device, args.jobs, drop=args.drop)  # says what it wrote
 
 
 def cmd_family_v2(args: argparse.Namespace) -> None:
     """Train and measure the v2 family of notebook 05 (plan v2) into data/results/family_v2.safetensors;
     with --distributed, under ``torchrun --nproc-per-node N``, each process takes its share of the runs."""
-    from .experiments import FAMILY_V2_STORE, run_family_v2
+    from .experiments import run_family_v2
     from .experiments.runner import distributed_rank
 
     under_torchrun = distributed_rank() is not None
@@ -134,34 +132,35 @@ def cmd_family_v2(args: argparse.Namespace) -> None:
         raise ValueError(
             "started by torchrun (RANK and WORLD_SIZE are set): pass --distributed, or run it with plain python"
         )
-    profiles = run_family_v2(
+    run_family_v2(  # it says what it wrote (rank 0 under torchrun)
         device=args.device,
         jobs=args.jobs,
         extra_seeds=args.extra_seeds,
         measure_only=args.measure_only,
         distributed=args.distributed,
+        drop=args.drop,
     )
-    if profiles is not None:  # rank 0 (or a plain run)
-        print(f"{len(profiles)} profiles written to {FAMILY_V2_STORE}")
 
 
 def cmd_hf_train(args: argparse.Namespace) -> None:
     """Train and measure the Hugging Face architectures of notebook 06 (resumable); ship seed 0 of two."""
-    from .experiments import HF_CHECKPOINTS, HF_STORE, hf_dataset, run_datasets, ship_hf_checkpoints
+    from .experiments import HF_CHECKPOINTS, hf_dataset, run_datasets, ship_hf_checkpoints
 
-    profiles = run_datasets([hf_dataset(device=args.device)], args.device, args.jobs)[HF_STORE]
+    run_datasets([hf_dataset(device=args.device)], args.device, args.jobs)  # says what it wrote to HF_STORE
     ship_hf_checkpoints()
-    print(f"{len(profiles)} profiles written to {HF_STORE}; checkpoints in {HF_CHECKPOINTS}")
+    print(f"checkpoints in {HF_CHECKPOINTS}")
 
 
 def cmd_measure_hf(args: argparse.Namespace) -> None:
     """Measure a Hugging Face causal LM (a local folder, or a hub name with internet) at k × L; with
     --store, write its profiles to a store, resumably (window sums in --work)."""
+    if args.store is not None and args.json:
+        raise ValueError("--json prints records, and --store writes profiles instead: give one of them")
     from .hf.pretrained import measure_pretrained, measure_pretrained_store
 
     _set_threads(args.threads)
-    if args.store:
-        path = measure_pretrained_store(
+    if args.store is not None:
+        measure_pretrained_store(
             args.model,
             args.store,
             args.lengths,
@@ -172,8 +171,8 @@ def cmd_measure_hf(args: argparse.Namespace) -> None:
             args.work,
             args.per_head_up_to,
             bos=args.bos,
+            report=print,
         )
-        print(f"profiles written to {path}")
         return
     if args.bos is not None:
         raise ValueError("--bos is kept in a store: it needs --store")
@@ -207,7 +206,7 @@ def cmd_fetch_pretrained(args: argparse.Namespace) -> None:
     from .hf import fetch
 
     for entry in _registry_entries(args.names):
-        print(fetch.ensure(entry))
+        print(fetch.ensure(entry, force=args.force))
 
 
 def cmd_measure_pretrained(args: argparse.Namespace) -> None:
@@ -218,7 +217,9 @@ def cmd_measure_pretrained(args: argparse.Namespace) -> None:
     _set_threads(args.threads)
     for e in _registry_entries(args.names):
         store = DATA / e.store
-        print(measure_pretrained_store(e.name, store, e.lengths, e.bca, e.windows, per_head_up_to=e.per_head_up_to))
+        measure_pretrained_store(
+            e.name, store, e.lengths, e.bca, e.windows, per_head_up_to=e.per_head_up_to, report=print
+        )
 
 
 def cmd_sinks(args: argparse.Namespace) -> None:
@@ -314,7 +315,7 @@ def _print_records(recs: list[dict], as_json: bool) -> None:
             )
         )
         return
-    for r in recs:
+    for r in sorted(recs, key=lambda r: (r["run"], r["eval_len"], r["bca"])):  # lengths as numbers, not strings
         if r["head_mode"] == "mean-scores" and r["layer"] in ("mean", "upper"):
             past = r["perplexity_past_L"]
             print(
@@ -362,14 +363,26 @@ def cmd_results(args: argparse.Namespace) -> None:
     _print_records(records(load_profiles(path)[0], args.boundary, curves=load_curves(path) or None), args.json)
 
 
+def _add_drop(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--drop",
+        action="append",
+        default=[],
+        metavar="RUN",
+        help="take this run out of the store (repeatable); without it, runs the dataset does not list are kept",
+    )
+
+
 def _add_experiment_parsers(subparsers) -> None:
     p = subparsers.add_parser("reproduce", help="train and measure every shipped checkpoint")
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each)")
     p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
+    _add_drop(p)
     p.set_defaults(func=cmd_reproduce)
     p = subparsers.add_parser("family", help="train and measure the family of notebook 05 (resumable)")
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
     p.add_argument("--device", type=_device, default="cpu", help="cpu, or cuda when available")
+    _add_drop(p)
     p.set_defaults(func=cmd_family)
     p = subparsers.add_parser("family-v2", help="train and measure the v2 family of notebook 05 (plan v2; resumable)")
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
@@ -381,6 +394,7 @@ def _add_experiment_parsers(subparsers) -> None:
         action="store_true",
         help="under torchrun --nproc-per-node N: each process trains and measures its share (gloo)",
     )
+    _add_drop(p)
     p.set_defaults(func=cmd_family_v2)
     p = subparsers.add_parser("hf-train", help="train and measure the Hugging Face architectures of notebook 06")
     p.add_argument("--jobs", type=_positive_int, default=2, help="models trained at once (one thread each on a CPU)")
@@ -394,7 +408,7 @@ def _add_experiment_parsers(subparsers) -> None:
     )
     p.add_argument(
         "--train-len",
-        type=_positive_int,
+        type=_train_len,
         default=None,
         help="L, the trained context (default: the config's max_position_embeddings or n_positions)",
     )
@@ -424,6 +438,7 @@ def _add_experiment_parsers(subparsers) -> None:
 
     p = subparsers.add_parser("fetch-pretrained", help="fetch and convert the real models into the model cache (once)")
     _add_registry_names(p)
+    p.add_argument("--force", action="store_true", help="convert again, replacing a converted folder that is there")
     p.set_defaults(func=cmd_fetch_pretrained)
     p = subparsers.add_parser("sinks", help="is each real model's sink bound to position 0 or to a token? (minutes)")
     p.add_argument("--length", type=_positive_int, default=512, help="tokens per window")
@@ -469,6 +484,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _train_len(text: str) -> int:
+    value = int(text)
+    if value < 2:  # BCA's blocks are L/2 tokens, and a store's train_len is at least 2
+        raise argparse.ArgumentTypeError(f"must be >= 2, got {value}")
     return value
 
 

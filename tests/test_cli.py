@@ -47,7 +47,15 @@ def test_results_runs_as_a_process_and_a_user_error_is_one_line(tmp_path):
     assert usage.returncode == 2 and len(usage.stderr.splitlines()) == 1 and "(see --help)" in usage.stderr
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["results", "--help"], ["measure-hf", "--lengths", "x"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["results", "--help"],
+        ["measure-hf", "--lengths", "x"],
+        ["measure-hf", "--model", "m", "--train-len", "1"],
+    ],
+)
 def test_help_and_usage_errors_answer_without_importing_torch(argv):
     """Only the command that runs imports torch (and train, whose options come from ModelConfig)."""
     code = (

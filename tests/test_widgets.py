@@ -382,15 +382,15 @@ def test_the_length_box_and_slider_are_linked():
 
 @pytest.mark.parametrize("typed", [8, 15, 2049, 100_000])
 def test_the_length_box_refuses_values_outside_the_range_with_a_message(typed):
-    """The notebook says the box takes any integer from 16 to 2048 and refuses others with a message:
-    the value is kept in the box, named in the message, and nothing else moves."""
+    """The notebook says the box takes any integer from 16 to 2048 and refuses others with a message that
+    names the value; the box goes back to the L in use, and nothing else moves."""
     ui = explorer("rope", 512)
     slider, box, readout, error = (
         part(ui, c) for c in ("attnres-slider-L", "attnres-L-box", "attnres-readout", "attnres-error")
     )
     before = readout.value
     box.value = typed
-    assert box.value == typed and slider.value == 512 and readout.value == before
+    assert box.value == 512 and slider.value == 512 and readout.value == before
     assert (
         error.layout.display is None
         and "L must be an integer in [16, 2048]" in error.value

@@ -219,6 +219,7 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
             length.value = check_explorer_length(change["new"])
         except ValueError as exc:
             show_error(exc)
+            length_box.value = length.value  # the box shows the L in use, not the refused one
 
     def slider_to_box(change: dict) -> None:
         length_box.value = change["new"]

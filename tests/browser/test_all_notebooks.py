@@ -5,9 +5,10 @@ opened in a JupyterLab whose root is a scratch copy of the repository's layout (
 data/, whose folders are linked in, except data/figures/, copied, since notebooks rewrite their
 figures there; ATTNRES_ROOT points the package at it, so nothing in the checkout is written). Run
 All ignores ``skip-execution`` tags, as JupyterLab does for every reader, so every cell must run
-offline. The test fails on any cell that did not run, any error output, any output on stderr, and
-any output (the cell outputs and every widget's visible text) that holds a traceback, a machine
-path (/root/, /tmp/, /home/, /work/) or the word "Warning". Notebooks run in quick mode
+offline. The test fails on any cell that did not run, any error output, any output on stderr, any
+output (the cell outputs and every widget's visible text) that holds a traceback, a machine
+path (/root/, /tmp/, /home/, /work/) or the word "Warning", and any exercise answer the page shows
+(answers stay folded until the reader opens one). Notebooks run in quick mode
 (ATTNRES_QUICK=1); each gets ATTNRES_NOTEBOOK_TIMEOUT_S seconds (default 1800), and its time is
 printed (``pytest -s``) and written to test-artifacts/notebook-times.txt.
 
@@ -39,6 +40,7 @@ NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 NOTEBOOK_TIMEOUT_S = float(os.environ.get("ATTNRES_NOTEBOOK_TIMEOUT_S", "1800"))
 MACHINE_PATH = re.compile(r"/(?:root|tmp|home|work)/")
 FORBIDDEN_WORDS = ("Traceback", "Warning")
+SHOWN_ANSWER = re.compile(r"(?m)^Answer[:,]")  # what a folded answer prints; its closed fold shows only its summary
 TIMES_FILE = ARTIFACTS_DIR / "notebook-times.txt"
 
 # The notebook's code cells from JupyterLab's own model (window.jupyterapp, exposed by the server
@@ -121,6 +123,8 @@ def problems(code_cells: list[dict], shown: list[list]) -> list[str]:
             for m in list(MACHINE_PATH.finditer(text))[:1]
         ]
         found += [f"cell {index}: the page shows {word!r}" for word in FORBIDDEN_WORDS if word in text]
+        if SHOWN_ANSWER.search(text):  # an exercise's answer must stay folded until the reader opens it
+            found.append(f"cell {index}: the page shows an exercise's answer after Run All")
     return list(dict.fromkeys(found))
 
 
@@ -187,7 +191,8 @@ def test_problems_names_each_kind_of_failure():
         },
         {"index": 5, "count": None, "outputs": []},
     ]
-    found = problems(code_cells, [[6, "a widget says /root/.cache"], [1, "R = 0.5"]])
+    shown = [[6, "a widget says /root/.cache"], [1, "R = 0.5"], [7, "Answer to exercise 1: click to open"]]
+    found = problems(code_cells, shown + [[8, "Answer to exercise 2: click to open\nAnswer: 42"]])
     assert found == [
         "cell 2: stderr 'x.py:1: UserWarning: w\\n'",
         "cell 2: output holds 'Warning'",
@@ -196,6 +201,7 @@ def test_problems_names_each_kind_of_failure():
         "cell 4: output holds a machine path: ...'see /home/me/x'...",
         "cell 5 did not run",
         "cell 6: the page shows a machine path: /root/...",
+        "cell 8: the page shows an exercise's answer after Run All",
     ]
 
 

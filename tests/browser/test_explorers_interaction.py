@@ -11,6 +11,7 @@ page (polled every animation frame) and printed, median and max, for single and 
 
 import html
 import json
+import os
 import re
 import statistics
 import time
@@ -85,12 +86,20 @@ def wait_for_text(page, element, expected, deadline, cap_s=30):
         raise AssertionError(f"readout never showed {expected!r}; last text {norm(element.inner_text())!r}") from None
 
 
-def timed(page, element, expected, action, deadline):
-    """Seconds from action() to the readout showing expected."""
+def timed(page, element, expected, action, deadline, plot=None):
+    """Seconds from action() to the readout showing expected, and (with ``plot``, the figure's <img>) to the
+    figure showing a new picture: (readout_s, figure_s or None)."""
+    before = plot.get_attribute("src") if plot is not None else None
     start = time.perf_counter()
     action()
     wait_for_text(page, element, expected, deadline)
-    return time.perf_counter() - start
+    readout_s = time.perf_counter() - start
+    if plot is None:
+        return readout_s, None
+    page.wait_for_function(
+        "([img, old]) => img.getAttribute('src') !== old", arg=[plot, before], polling="raf", timeout=deadline.ms(30)
+    )
+    return readout_s, time.perf_counter() - start
 
 
 def design_text(name, L, **params):
@@ -103,7 +112,7 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
     deadline = Deadline(TEST_TIME_LIMIT_S)
     page.set_default_timeout(30_000)
     ARTIFACTS_DIR.mkdir(exist_ok=True)
-    latencies = {"single": [], "compare": []}
+    latencies = {"single": [], "compare": []}  # (readout, figure) seconds per L step
     started = time.perf_counter()
 
     with artifacts_on_failure(page, lab, "explorers"):
@@ -116,6 +125,7 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
         trained_readout.wait_for(state="visible", timeout=deadline.ms(120))
         wait_until_kernel_done(page, deadline)
         element = readout.element_handle(timeout=deadline.ms(10))
+        plot = root.locator("img.attnres-plot").first.element_handle(timeout=deadline.ms(10))
         wait_for_text(page, element, design_text("rope", L_START), deadline)
 
         # single mode: one step of the L slider at a time, each timed to the exact new readout
@@ -125,7 +135,7 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
             handle.focus(timeout=deadline.ms(10))
             L += L_RANGE[2]
             latencies["single"].append(
-                timed(page, element, design_text("rope", L), lambda: page.keyboard.press("ArrowRight"), deadline)
+                timed(page, element, design_text("rope", L), lambda: page.keyboard.press("ArrowRight"), deadline, plot)
             )
 
         # every encoding, at the current L: the readout, and the notes that say what cannot act
@@ -166,7 +176,7 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
             handle.focus(timeout=deadline.ms(10))
             L += L_RANGE[2]
             latencies["compare"].append(
-                timed(page, element, compare_text(L), lambda: page.keyboard.press("ArrowRight"), deadline)
+                timed(page, element, compare_text(L), lambda: page.keyboard.press("ArrowRight"), deadline, plot)
             )
         wait_until_kernel_done(page, deadline)
         root.screenshot(path=str(ARTIFACTS_DIR / "explorer-compare.png"), timeout=deadline.ms(20))
@@ -198,11 +208,17 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
     print(f"\nNoPE at its defaults (L = {L_START}): {nope_at_L_start}")
     print(f"RoPE after a reset: {after_reset}")
     print(f"trained explorer, rope seed 0 layer 1 at 2L: {shown(trained_readout_html(layer_1))}")
-    for mode, times in latencies.items():
-        print(
-            f"browser latency, {mode} mode, L step to readout ({len(times)} steps): "
-            f"median {1e3 * statistics.median(times):.0f} ms, max {1e3 * max(times):.0f} ms"
-        )
+    for (
+        mode,
+        times,
+    ) in latencies.items():  # reported, not asserted: the target is a figure median <= 150 ms at load <= 3
+        for i, what in enumerate(("readout", "figure")):
+            ms = [1e3 * t[i] for t in times]
+            print(
+                f"browser latency, {mode} mode, L step to {what} ({len(ms)} steps): "
+                f"median {statistics.median(ms):.0f} ms, max {max(ms):.0f} ms"
+            )
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"test body: {time.perf_counter() - started:.1f} s")
     same_numbers = texts["sinusoidal"].split(" ", 1)[1] == texts["rope"].split(" ", 1)[1]
     assert same_numbers, "sinusoidal and RoPE share one design-time curve, so one pair"

@@ -135,3 +135,22 @@ def checks_table(checks: dict[str, Check], caption: str = "") -> Table:
         for name, c in checks.items()
     ]
     return Table(rows, ["finding", "on the seed means", "seeds"], caption=caption)
+
+
+def checks_grid(found: dict[tuple[str, str], dict[str, Check]], caption: str = "") -> Table:
+    """Several sets of checks (keyed by (layers, head convention)) as one table: a row per finding, a column per
+    set, each cell whether it holds on the seed means and in how many seeds ("holds, 3 of 3")."""
+    keys = list(found)
+    names = list(found[keys[0]])
+    if any(list(checks) != names for checks in found.values()):
+        raise ValueError("every set of checks must hold the same findings, in the same order")
+    columns = [f"{layer}, {head_mode}" for layer, head_mode in keys]
+
+    def cell(c: Check) -> str:
+        return f"{'holds' if c.holds else 'not'}, {c.seeds_holding} of {c.seeds}"
+
+    rows = [
+        {"finding": CHECK_DESCRIPTIONS[name], **{col: cell(found[k][name]) for col, k in zip(columns, keys)}}
+        for name in names
+    ]
+    return Table(rows, ["finding", *columns], caption=caption)

@@ -506,3 +506,44 @@ def plot_mask(
         ax.axvline(edge - 0.5, color="C3", linewidth=0.8)
     ax.set(xlabel="key j", ylabel="query i", title=title)
     return ax
+
+
+PAIR_FIGURE_COLUMNS = ("R(L)", "R(2L)", "R(2L)+BCA", "R(4L)")
+
+
+def pair_figure(records: list[dict], width: float = DISPLAY_WIDTH, row_height: float = 2.8) -> Figure:
+    """The pair table of notebook 03 as one figure: a panel per (layers, head convention), "mean" (the
+    paper's form) and "upper" (above the first) against mean-scores and mean-R; grouped bars of R(L), R(2L),
+    R(2L) with BCA and R(4L) at the seed mean, error bars from the smallest to the largest seed and a dot per
+    seed, on a log axis; the paper's R(L) and R(2L) (Table 3, typed in, layer means) as black marks in the
+    layer-mean panels."""
+    from .metric import HEAD_MODES
+    from .tables import pair_table
+
+    fig, axes = plt.subplots(2, 2, figsize=(width, 2 * row_height), sharey=True, squeeze=False)
+    width_bar = 0.8 / len(PAIR_FIGURE_COLUMNS)
+    for r, layer in enumerate(("mean", "upper")):
+        for c, head_mode in enumerate(HEAD_MODES):
+            ax, rows = axes[r, c], pair_table(records, head_mode, layer)
+            plot_stat_bars(rows, PAIR_FIGURE_COLUMNS, category="encoding", ax=ax, errors="range")
+            ax.set_yscale("log")
+            if layer == "mean":
+                for j, column in ((0, "paper R(L)"), (1, "paper R(2L)")):
+                    x = np.arange(len(rows)) + (j - (len(PAIR_FIGURE_COLUMNS) - 1) / 2) * width_bar
+                    paper = [(xi, row.get(column)) for xi, row in zip(x, rows) if row.get(column) is not None]
+                    if paper:
+                        ax.scatter(*zip(*paper), marker="_", s=120, color="k", zorder=4, linewidths=2)
+            ax.set_title(f"layers {layer!r}, {head_mode}", fontsize=10)
+            ax.set_xlabel("")
+            ax.tick_params(labelsize=MIN_FONT)
+            ax.get_legend().remove()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    from matplotlib.lines import Line2D
+
+    handles.append(Line2D([], [], color="k", linewidth=1))
+    labels.append("min–max over seeds")
+    handles.append(Line2D([], [], marker="_", linestyle="", color="k", markersize=12, markeredgewidth=2))
+    labels.append("paper (Table 3, typed in; layer means)")
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=MIN_FONT, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig

@@ -1,0 +1,47 @@
+"""Notebook 03's findings as one table (checks.checks_grid) and its pairs as one figure (plots.pair_figure)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+from attnres_helpers.checks import CHECK_DESCRIPTIONS, Check, checks_grid  # noqa: E402
+
+
+def _check(holds, n):
+    return Check(holds, n, 3)
+
+
+def test_checks_grid_has_a_row_per_finding_and_a_column_per_set():
+    names = list(CHECK_DESCRIPTIONS)[:2]
+    found = {
+        ("mean", "mean-scores"): {names[0]: _check(True, 3), names[1]: _check(False, 0)},
+        ("upper", "mean-R"): {names[0]: _check(True, 2), names[1]: _check(True, 3)},
+    }
+    table = checks_grid(found)
+    assert table.columns == ["finding", "mean, mean-scores", "upper, mean-R"]
+    assert table.cells == [
+        [CHECK_DESCRIPTIONS[names[0]], "holds, 3 of 3", "holds, 2 of 3"],
+        [CHECK_DESCRIPTIONS[names[1]], "not, 0 of 3", "holds, 3 of 3"],
+    ]
+    with pytest.raises(ValueError, match="same findings"):
+        checks_grid({("mean", "mean-R"): {names[0]: _check(True, 3)}, ("upper", "mean-R"): {names[1]: _check(True, 3)}})
+
+
+def test_pair_figure_has_four_panels_and_marks_the_papers_values_in_the_layer_mean_ones():
+    from attnres_helpers import experiments
+    from attnres_helpers.plots import pair_figure
+    from attnres_helpers.store import load_profiles, records
+
+    recs = records(load_profiles(experiments.STORE)[0])
+    fig = pair_figure(recs)
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == [
+        "layers 'mean', mean-scores",
+        "layers 'mean', mean-R",
+        "layers 'upper', mean-scores",
+        "layers 'upper', mean-R",
+    ]
+    paper_marks = [sum(c.get_offsets().shape[0] for c in ax.collections if c.get_zorder() == 4) for ax in axes]
+    assert paper_marks[0] == paper_marks[1] > 0 and paper_marks[2] == paper_marks[3] == 0

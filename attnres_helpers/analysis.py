@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .encoding_registry import ENCODINGS
 from .metric import Boundary, HeadMode
 from .stats import (
-    FAMILIES,
     cluster_bootstrap_spearmans,
     design_resolution,
     group_mean_baseline,
@@ -95,8 +95,8 @@ def _check_family_run(p: Profile) -> None:
         raise ValueError(f"run {p.run!r} has no 'config' label: not a family store")
     if not isinstance(config, str) or not config:
         raise ValueError(f"run {p.run!r}: config must be a setting's label (a string), got {config!r}")
-    if not isinstance(encoding, str) or encoding not in FAMILIES:
-        raise ValueError(f"run {p.run!r}: encoding must be one of {', '.join(FAMILIES)}, got {encoding!r}")
+    if not isinstance(encoding, str) or encoding not in ENCODINGS:
+        raise ValueError(f"run {p.run!r}: encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
 
 
 def family_points(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 import numpy as np
@@ -267,6 +267,9 @@ class Encoding:
     curve: Callable
     params: dict  # name -> Param, in slider order
     summary: str
+    # its look in the design explorer's plots (matplotlib line keywords): curves stay apart where they
+    # overlap (RoPE dashed over sinusoidal)
+    style: dict = field(default_factory=dict)
 
 
 _HEAD_DIM = Param(64, 2, 256, 2, "int")
@@ -279,11 +282,13 @@ DESIGN_CURVES: dict[str, Encoding] = {
         sinusoidal_score_curve,
         {"head_dim": _HEAD_DIM, "base": _BASE, "scale": _ROTARY_SCALE},
         "absolute sin/cos, position–position term: the same cosine sum as RoPE",
+        style=dict(color="C0", linestyle="-", linewidth=3.0, alpha=0.55),
     ),
     "rope": Encoding(
         rope_score_curve,
         {"head_dim": _HEAD_DIM, "base": _BASE, "rho": Param(1.0, -1.0, 1.0, 0.05), "scale": _ROTARY_SCALE},
         "rotary, q = k = ones (rho = 1) or q, k with correlation rho",
+        style=dict(color="C1", linestyle=(0, (4, 2)), linewidth=1.6),
     ),
     "xpos": Encoding(
         xpos_score_curve,
@@ -295,22 +300,31 @@ DESIGN_CURVES: dict[str, Encoding] = {
             "scale": _ROTARY_SCALE,
         },
         "rotary with per-frequency decay ζ_i^{n/B}",
+        style=dict(color="C2", linestyle=":", linewidth=2.0, marker="^", markevery=0.12, markersize=4),
     ),
     "alibi": Encoding(
         alibi_score_curve,
         {"heads": Param(8, 1, 64, 1, "int"), "scale": _BIAS_SCALE},
         "linear bias −m_h·n with geometric head slopes",
+        style=dict(color="C3", linestyle="-", linewidth=1.4),
     ),
-    "nope": Encoding(nope_score_curve, {"scale": _BIAS_SCALE}, "no positional term: flat"),
+    "nope": Encoding(
+        nope_score_curve,
+        {"scale": _BIAS_SCALE},
+        "no positional term: flat",
+        style=dict(color="C7", linestyle="-.", linewidth=1.4),
+    ),
     "kerple-log": Encoding(
         kerple_log_score_curve,
         {"p": Param(1.0, 0.0, 8.0, 0.05), "a": Param(1.0, 0.0, 8.0, 0.05), "scale": _BIAS_SCALE},
         "bias −p·log(1 + a·n)",
+        style=dict(color="C4", linestyle=(0, (6, 1, 1, 1)), linewidth=1.4, marker="o", markevery=0.12, markersize=3),
     ),
     "kerple-power": Encoding(
         kerple_power_score_curve,
         {"p": Param(0.5, 0.05, 2.0, 0.05), "a": Param(1.0, 0.0, 8.0, 0.05), "scale": _BIAS_SCALE},
         "bias −a·n^p",
+        style=dict(color="C5", linestyle=(0, (1, 1)), linewidth=1.6),
     ),
     "t5": Encoding(
         t5_score_curve,
@@ -321,6 +335,7 @@ DESIGN_CURVES: dict[str, Encoding] = {
             "scale": _BIAS_SCALE,
         },
         "bucketed relative bias, flat beyond max_distance",
+        style=dict(color="C6", linestyle="--", linewidth=1.4, marker="s", markevery=0.12, markersize=3),
     ),
 }
 

@@ -15,20 +15,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
+from .encoding_registry import ENCODINGS
 from .plots import DISPLAY_WIDTH, MIN_FONT
 
 if TYPE_CHECKING:
     from .analysis import Point
 
-FAMILY_COLOURS = {
-    "rope": "C0",
-    "xpos": "C1",
-    "alibi": "C2",
-    "sinusoidal": "C3",
-    "nope": "C4",
-    "t5": "C5",
-    "kerple": "C6",
-}
+FAMILY_COLOURS = {name: e.colour for name, e in ENCODINGS.items()}  # in the legends' order
 
 
 def short_label(point: Point) -> str:

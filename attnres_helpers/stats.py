@@ -12,7 +12,7 @@
 - A window bootstrap of a mean (:func:`bootstrap_mean`): the windows of one measurement drawn with
   replacement, the percentile interval of their mean, as an :class:`Estimate`.
 - :func:`design_resolution`: the design-time (R(L), R(2L)) of a trained model's encoding, from its
-  ModelConfig (:func:`design_params`).
+  ModelConfig and its entry in :mod:`attnres_helpers.encoding_registry`.
 
 Parameter names follow scipy.stats (``n_resamples``, ``confidence_level``, ``rng``). What scipy lacks
 is written here on its ranks: the cluster bootstrap over settings (``scipy.stats.bootstrap`` resamples
@@ -31,14 +31,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import rankdata, spearmanr
 
+from .encoding_registry import ENCODINGS, design_params
 from .encodings import resolution_pair
 from .metric import Boundary, HeadMode
-
-FAMILIES = ("rope", "xpos", "alibi", "sinusoidal", "nope", "t5", "kerple")  # the encodings with a design-time curve
-# A learned bias's design-time curve is its initialisation: T5's zero table is NoPE's flat curve; KERPLE's
-# p = a = 1 is the registry's kerple-log curve at those values (plan v2).
-DESIGN_NAMES = {"t5": "nope", "kerple": "kerple-log"}
-
 
 # --------------------------------------------------------------------------- Spearman's ρ
 
@@ -76,35 +71,6 @@ def spearman(x: ArrayLike, y: ArrayLike) -> float:
 # --------------------------------------------------------------------------- design-time R
 
 
-def design_params(encoding: str, model: dict) -> dict:
-    """Keyword arguments of :func:`attnres_helpers.encodings.resolution_pair` that describe a trained
-    model's encoding at design time; ``model`` is its ModelConfig as a dict (``cfg.to_dict()``).
-
-    - rope, xpos: head_dim = d_model / n_head, base = rope_base, and scale = √head_dim, which
-      makes the curve q·R_n k / √d for q = k = ones (the registry default 8 is √64); xpos adds
-      gamma = xpos_gamma and scale_base = xpos_scale_base (an integer in the registry).
-    - alibi: heads = n_head, scale = alibi_slope_scale (the curve is −scale·m_h·n).
-    - sinusoidal, nope: the registry defaults (sinusoidal: the cosine sum at d = 64, scale 8;
-      the model adds its table to width-d_model embeddings, which no design curve follows exactly).
-    """
-    if encoding in ("rope", "xpos"):
-        head_dim = model["d_model"] // model["n_head"]
-        params = {"head_dim": head_dim, "base": float(model["rope_base"]), "scale": math.sqrt(head_dim)}
-        if encoding == "xpos":
-            scale_base = float(model["xpos_scale_base"])
-            if not scale_base.is_integer():
-                raise ValueError(f"xpos_scale_base must be a whole number for the design curve, got {scale_base:g}")
-            params.update(gamma=float(model["xpos_gamma"]), scale_base=int(scale_base))
-        return params
-    if encoding == "alibi":
-        return {"heads": model["n_head"], "scale": float(model["alibi_slope_scale"])}
-    if encoding in ("sinusoidal", "nope", "t5"):
-        return {}
-    if encoding == "kerple":  # learned; its design-time curve is the one it starts from (p = a = 1)
-        return {"p": 1.0, "a": 1.0}
-    raise ValueError(f"no design-time curve for encoding {encoding!r}; known: {', '.join(FAMILIES)}")
-
-
 def design_resolution(
     encoding: str,
     model: dict,
@@ -113,13 +79,14 @@ def design_resolution(
     head_mode: HeadMode = "mean-scores",
     boundary: Boundary = "zero",
 ) -> tuple[float, float]:
-    """Design-time (R(L), R(2L)) of a trained model's encoding (:func:`design_params`).
+    """Design-time (R(L), R(2L)) of a trained model's encoding: its entry's curve and parameters in
+    :mod:`attnres_helpers.encoding_registry`, from ``model``, its ModelConfig as a dict (``cfg.to_dict()``).
 
     With BCA no query sees a key L or more positions back (blocks of L/2), so the 2L profile is
     the L profile followed by e^{s} = 0, and with boundary "zero" R(2L) = R(L) exactly.
     """
-    name = DESIGN_NAMES.get(encoding, encoding)
-    r_L, r_2L = resolution_pair(name, L, head_mode, boundary, **design_params(encoding, model))
+    params = design_params(encoding, model)  # a one-line error for an encoding with no entry
+    r_L, r_2L = resolution_pair(ENCODINGS[encoding].design_curve, L, head_mode, boundary, **params)
     return (r_L, r_L) if bca else (r_L, r_2L)
 
 

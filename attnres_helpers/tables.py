@@ -34,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .encoding_registry import TABLE_ORDER
 from .metric import HEAD_MODES, Boundary, HeadMode, mean_over_heads
 from .store import COPY_GAIN_COLUMNS, Profile
 
@@ -47,7 +48,6 @@ PAPER_TABLE3 = {
     "rope": {"R(L)": 0.91, "R(2L)": 0.08},  # "Roformer"
     "xpos": {"R(L)": 0.98, "R(2L)": 0.54, "R(2L)+BCA": 1.08},  # LEX − BCA; LEX
 }
-ROW_ORDER = ("rope", "sinusoidal", "alibi", "xpos", "nope")  # the seed card's three first
 LEVEL_TOLERANCE = 0.15  # "about level": |R(2L) − R(L)| < 0.15·|R(L)|
 RECORD_KEYS = ("encoding", "seed", "train_len", "eval_len", "bca", "head_mode", "layer")
 RECORD_VALUES = ("resolution", "perplexity", "perplexity_past_L")
@@ -169,7 +169,8 @@ def cell_stat(cell: dict | None, value: str) -> Stat | None:
 
 
 def _ordered(encodings: Iterable[str]) -> list[str]:
-    return [e for e in ROW_ORDER if e in encodings] + sorted(set(encodings) - set(ROW_ORDER))
+    """Rows in the registry's table order (``encoding_registry.TABLE_ORDER``), any other name after, sorted."""
+    return [e for e in TABLE_ORDER if e in encodings] + sorted(set(encodings) - set(TABLE_ORDER))
 
 
 def pair_table(

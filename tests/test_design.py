@@ -5,8 +5,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-PACKAGE = Path(__file__).resolve().parents[1] / "attnres_helpers"
+PACKAGE = ROOT / "attnres_helpers"
 MAX_LINES = 650
 # Low to high: a module may import its own layer's modules (not its own sub-package's siblings' parents)
 # and any lower layer, never a higher one.
@@ -16,6 +17,7 @@ LAYERS = [
         "files",
         "metric",
         "model",
+        "encoding_registry",
         "probe",
         "passkey",
         "masks",

@@ -92,7 +92,7 @@ def test_layer_resolution_figure_is_legible_log_scaled_and_draws_the_reference_c
     assert not [line for line in visible[0].lines if line.get_linestyle() == ":"]
     # The legend sits in the free third panel: a figure legend naming the columns and the reference.
     labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
-    assert labels == ["R(L)", "R(2L)", "one seed", "steep R(L)"]
+    assert labels == ["R(L)", "R(2L)", "one seed", "min–max over seeds", "steep R(L)"]
     plt.close(fig)
 
 

@@ -5,11 +5,11 @@ import math
 import numpy as np
 import pytest
 
+from attnres_helpers.encoding_registry import design_params
 from attnres_helpers.encodings import resolution_pair
 from attnres_helpers.model import preset
 from attnres_helpers.stats import (
     average_ranks,
-    design_params,
     design_resolution,
     group_mean_baseline,
     partial_spearman,

@@ -151,19 +151,7 @@ class SingleFigure(BlitFigure):
         return self.blit(ylim, L)
 
 
-# one look per encoding, so that curves stay apart where they overlap (RoPE dashed over sinusoidal)
-CURVE_STYLES = {
-    "sinusoidal": dict(color="C0", linestyle="-", linewidth=3.0, alpha=0.55),
-    "rope": dict(color="C1", linestyle=(0, (4, 2)), linewidth=1.6),
-    "xpos": dict(color="C2", linestyle=":", linewidth=2.0, marker="^", markevery=0.12, markersize=4),
-    "alibi": dict(color="C3", linestyle="-", linewidth=1.4),
-    "nope": dict(color="C7", linestyle="-.", linewidth=1.4),
-    "kerple-log": dict(
-        color="C4", linestyle=(0, (6, 1, 1, 1)), linewidth=1.4, marker="o", markevery=0.12, markersize=3
-    ),
-    "kerple-power": dict(color="C5", linestyle=(0, (1, 1)), linewidth=1.6),
-    "t5": dict(color="C6", linestyle="--", linewidth=1.4, marker="s", markevery=0.12, markersize=3),
-}
+CURVE_STYLES = {name: encoding.style for name, encoding in DESIGN_CURVES.items()}  # each curve's look
 
 
 class CompareFigure(BlitFigure):
@@ -206,7 +194,7 @@ class CompareFigure(BlitFigure):
         self.ax_r.set_ylabel("R (log)", fontsize=FONT_PT)
         self.lines_s, self.lines_w, self.bars = {}, {}, {}
         for name in DESIGN_CURVES:
-            style = CURVE_STYLES.get(name, {})
+            style = CURVE_STYLES[name]
             (self.lines_s[name],) = self.ax_s.plot([], [], label=name, **style)
             (self.lines_w[name],) = self.ax_w.plot(
                 [], [], label=name, **{k: v for k, v in style.items() if not k.startswith("marker")}

@@ -1,5 +1,9 @@
-"""What the notebooks share that is about the notebook, not the measurement: exercise answers that Run All
-computes but does not show.
+"""What the notebooks share that is about the notebook, not the measurement: one setup call, and exercise
+answers that Run All computes but does not show.
+
+:func:`setup` is every notebook's first line of code: PNG figures (never SVG: the browser test and nbval
+read PNG), matplotlib at JupyterLab's width (100 dpi, 10 pt), and no Hugging Face hub at run time;
+:data:`QUICK` says whether quick mode (``ATTNRES_QUICK=1``, the test suite's) is on.
 
 An answer cell runs under ``with folded_answer():``. Everything it prints or displays is gathered and shown
 as one closed HTML disclosure ("Answer: click to open"): Run All computes the answer (so nbval checks its
@@ -11,11 +15,32 @@ is the answer itself.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from html import escape
 
 SUMMARY = "Answer: click to open"
+NOTEBOOK_RC = {"figure.dpi": 100, "font.size": 10}  # shown at their pixel size at JupyterLab's width
+
+
+QUICK = os.environ.get("ATTNRES_QUICK", "0") == "1"  # quick mode, the test suite's: notebooks coarsen a few curves
+
+
+def setup() -> None:
+    """Set up a notebook's kernel: PNG figures, :data:`NOTEBOOK_RC`, and ``HF_HUB_OFFLINE=1`` unless set."""
+    import matplotlib.pyplot as plt
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing a notebook runs needs the hub
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:  # pragma: no cover (IPython comes with ipywidgets)
+        shell = None
+    if shell is not None:
+        shell.run_line_magic("config", "InlineBackend.figure_formats = ['png']")
+    plt.rcParams.update(NOTEBOOK_RC)
 
 
 def fold(text: str, rich_html: tuple[str, ...] = (), summary: str = SUMMARY) -> dict[str, str]:

@@ -212,11 +212,10 @@ def cmd_fetch_pretrained(args: argparse.Namespace) -> None:
 def cmd_measure_pretrained(args: argparse.Namespace) -> None:
     """Measure the registry's real models into their shipped stores with the registry's settings (resumable)."""
     from .hf.pretrained import measure_pretrained_store
-    from .paths import DATA
 
     _set_threads(args.threads)
     for e in _registry_entries(args.names):
-        store = DATA / e.store
+        store = e.store_path
         measure_pretrained_store(
             e.name, store, e.lengths, e.bca, e.windows, per_head_up_to=e.per_head_up_to, report=print
         )

@@ -46,16 +46,31 @@ FAMILY_COMMAND = "python -m attnres_helpers family"
 FAMILY_V2_COMMAND = "python -m attnres_helpers family-v2"
 CONFIGURATIONS_COMMAND = "python -m attnres_helpers configurations"
 CONFIGURATIONS_RUNS = RUNS / "configurations"  # one file per (configuration, T, window), git-ignored
-CONFIGURATIONS_STORE = RESULTS / "configurations.safetensors"  # notebook 08's store (plan v3)
-SINKS = RESULTS / "sinks.safetensors"  # notebook 07: does a real model's sink follow its token? (`sinks`)
+# Every shipped store, by name: the one place that says where each is. Specs, commands, scripts, tests and
+# notebooks read it; the command that makes each is in brackets.
+STORES = {
+    "default": RESULTS / "default.safetensors",  # the fifteen shipped models, notebooks 03 and 04 (reproduce)
+    "family": RESULTS / "family.safetensors",  # plan v1's family, notebook 05, exploratory (family)
+    "family_v2": RESULTS / "family_v2.safetensors",  # plan v2's family, notebook 05 (family-v2)
+    "hf": RESULTS / "hf.safetensors",  # transformers' architectures trained here, notebook 06 (hf-train)
+    "large": RESULTS / "large.safetensors",  # the GPU-trained configuration, notebook 03 (scripts/gpu_runs.py)
+    "copy_control": RESULTS / "copy_control.safetensors",  # the copy probe's scrambled control (copy-control)
+    "pretrained": RESULTS / "pretrained.safetensors",  # SmolLM2-135M-Instruct, notebook 07 (measure-pretrained)
+    "gemma3": RESULTS / "gemma3.safetensors",  # Gemma 3 270M, notebook 07 (measure-pretrained)
+    "sinks": RESULTS / "sinks.safetensors",  # does a real model's sink follow its token? notebook 07 (sinks)
+    "configurations": RESULTS / "configurations.safetensors",  # plan v3, notebook 08 (configurations)
+    "round2": DATA / "sweep" / "round2.safetensors",  # the GPU sweep's second round (scripts/gpu_runs.py)
+}
+CONFIGURATIONS_STORE = STORES["configurations"]
+SINKS = STORES["sinks"]
 CONFIGURATIONS_PLAN = RESULTS / "configurations_plan_v3.md"
 # Each folder of trained runs: the command that makes it, and the store its measurements go to.
 RUN_FOLDERS = {
-    HF_CHECKPOINTS: (HF_COMMAND, RESULTS / "hf.safetensors"),
-    RUNS / "hf": (HF_COMMAND, RESULTS / "hf.safetensors"),
-    RUNS / "family_v2": (FAMILY_V2_COMMAND, RESULTS / "family_v2.safetensors"),
-    RUNS / "family": (FAMILY_COMMAND, RESULTS / "family.safetensors"),
-    CHECKPOINTS: (REPRODUCE_COMMAND, RESULTS / "default.safetensors"),
+    HF_CHECKPOINTS: (HF_COMMAND, STORES["hf"]),
+    RUNS / "hf": (HF_COMMAND, STORES["hf"]),
+    RUNS / "family_v2": (FAMILY_V2_COMMAND, STORES["family_v2"]),
+    RUNS / "family": (FAMILY_COMMAND, STORES["family"]),
+    CHECKPOINTS: (REPRODUCE_COMMAND, STORES["default"]),
 }
 
 

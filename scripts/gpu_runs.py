@@ -31,6 +31,7 @@ import torch
 
 from attnres_helpers.experiments import SEEDS, family_dataset, large_dataset, run_datasets, sweep_dataset
 from attnres_helpers.model import preset
+from attnres_helpers.paths import STORES
 
 
 def main(argv=None) -> None:
@@ -47,7 +48,7 @@ def main(argv=None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     parts = {
         "large": lambda: large_dataset(args.out, args.runs, args.device),
-        "family": lambda: family_dataset(args.out / "family.safetensors", SEEDS, args.device, args.runs / "family"),
+        "family": lambda: family_dataset(args.out / STORES["family"].name, SEEDS, args.device, args.runs / "family"),
         "sweep": lambda: sweep_dataset(args.out, args.runs, args.device),
     }
     datasets = [parts[p]() for p in args.parts]

@@ -25,6 +25,7 @@ import json
 from attnres_helpers.experiments import ROOT, Dataset, RunSpec, data_path, run_datasets
 from attnres_helpers.files import write_text_atomic
 from attnres_helpers.model import ModelConfig
+from attnres_helpers.paths import STORES
 from attnres_helpers.store import records as profile_records
 
 # Spelled out in full, so that the sweep does not move when the shipped preset or ModelConfig's
@@ -175,7 +176,7 @@ def summarise_round2() -> str:
     from attnres_helpers.tables import format_table, pair_table
 
     points = {}
-    round2, about = load_profiles(data_path("sweep", "round2.safetensors"))
+    round2, about = load_profiles(STORES["round2"])
     for r in records(round2, head_modes=("mean-scores",)):
         points.setdefault((r["point"], "GPU"), []).append(r)
     if STORE.is_file():

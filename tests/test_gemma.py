@@ -17,10 +17,9 @@ from attnres_helpers.hf import attention, fetch  # noqa: E402
 from attnres_helpers.hf.models import GEMMA3  # noqa: E402
 from attnres_helpers.hf.pretrained import held_out_ids, load_tokenizer, measure_store  # noqa: E402
 from attnres_helpers.metric import expected_scores  # noqa: E402
-from attnres_helpers.paths import DATA  # noqa: E402
 from attnres_helpers.store import load_profiles, load_window_values, records  # noqa: E402
 
-STORE = DATA / GEMMA3.store
+STORE = GEMMA3.store_path
 WINDOW = 512  # the sliding layers' window (config.sliding_window)
 pytestmark = pytest.mark.pretrained
 

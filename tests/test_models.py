@@ -2,14 +2,13 @@
 and every list of real models is read from it. No model is needed."""
 
 import dataclasses
-import subprocess
-import sys
 
 import pytest
+from helpers import ROOT
 
 from attnres_helpers.hf import fetch
 from attnres_helpers.hf.models import GEMMA3, PRETRAINED_MODELS, SMOLLM2, PretrainedModel, Wheel, pretrained_model
-from attnres_helpers.paths import CACHE, DATA, ROOT
+from attnres_helpers.paths import CACHE
 
 
 def test_the_registry_holds_both_models_under_their_names():
@@ -47,14 +46,12 @@ def test_an_entry_with_a_bad_field_is_refused(change, message):
         dataclasses.replace(GEMMA3, **change)
 
 
-def test_an_unknown_name_is_one_line_and_a_non_zero_exit():
+def test_an_unknown_name_is_one_line_and_a_non_zero_exit(cli):
     with pytest.raises(
         ValueError, match="no pretrained model 'gemma'; the registry has smollm2-135m-instruct, gemma-3-270m"
     ):
         pretrained_model("gemma")
-    done = subprocess.run(
-        [sys.executable, "-m", "attnres_helpers", "fetch-pretrained", "gemma"], capture_output=True, text=True
-    )
+    done = cli("fetch-pretrained", "gemma")  # in-process (tests/test_cli.py starts the command as a process)
     assert (
         done.returncode != 0 and done.stderr.strip().count("\n") == 0 and "no pretrained model 'gemma'" in done.stderr
     )
@@ -65,5 +62,5 @@ def test_the_makefile_and_ci_read_the_models_from_the_registry():
     text = (ROOT / "Makefile").read_text() + (ROOT / ".ci" / "run").read_text()
     assert "fetch-pretrained\n" in text and "measure-pretrained\n" in text
     for m in PRETRAINED_MODELS.values():
-        assert m.name not in text and m.store not in text
-        assert (DATA / m.store).parent.is_dir()
+        assert m.name not in text and m.store_path.name not in text
+        assert m.store_path.parent.is_dir()

@@ -22,10 +22,9 @@ from attnres_helpers.hf.models import SMOLLM2  # noqa: E402
 from attnres_helpers.hf.pretrained import held_out_ids, load_tokenizer, plan_windows, window_statistics  # noqa: E402
 from attnres_helpers.masks import expected_scores_masked  # noqa: E402
 from attnres_helpers.metric import expected_scores  # noqa: E402
-from attnres_helpers.paths import DATA  # noqa: E402
 from attnres_helpers.store import load_profiles, records  # noqa: E402
 
-STORE = DATA / SMOLLM2.store
+STORE = SMOLLM2.store_path
 pytestmark = pytest.mark.pretrained
 
 

@@ -20,11 +20,11 @@ from tqdm.auto import tqdm
 from ..checkpoints import load_checkpoint
 from ..data import load_splits
 from ..files import save_safetensors, sha256_file
-from ..paths import RESULTS
+from ..paths import STORES
 from ..probe import copy_curve, copy_probes, gaps_for
 from .specs import Dataset, default_dataset
 
-COPY_CONTROL_STORE = RESULTS / "copy_control.safetensors"
+COPY_CONTROL_STORE = STORES["copy_control"]
 COPY_CONTROL_COMMAND = "python -m attnres_helpers copy-control"
 
 

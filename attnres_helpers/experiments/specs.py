@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..model import ModelConfig, preset
-from ..paths import CHECKPOINTS, DATA, FAMILY_COMMAND, FAMILY_V2_COMMAND, HF_COMMAND, REPRODUCE_COMMAND, RUNS
+from ..paths import CHECKPOINTS, FAMILY_COMMAND, FAMILY_V2_COMMAND, HF_COMMAND, REPRODUCE_COMMAND, RUNS, STORES
 from ..train import training_settings
 
 if TYPE_CHECKING:
     from ..hf import HFConfig
     from ..store import Profile
 
-STORE = DATA / "results" / "default.safetensors"
+STORE = STORES["default"]
 
 # The default configuration, chosen by the sweep (data/sweep/SUMMARY.md): the "default" model preset
 # (4 layers, L = 128, width 128, 4 heads, xPos B = L/2) trained as below.
@@ -178,7 +178,7 @@ FAMILY = {
 }
 FAMILY_TRAINING = {**TRAINING, "steps": 400, "warmup": 40}
 FAMILY_RUNS = RUNS / "family"
-FAMILY_STORE = DATA / "results" / "family.safetensors"
+FAMILY_STORE = STORES["family"]
 
 
 def family_specs(
@@ -227,7 +227,7 @@ def family_dataset(
 # (runner.reuse_shipped), and only where equal are seeds 1 and 2 taken from data/checkpoints/.
 FAMILY_V2 = {**FAMILY, "t5 bias": ("t5", {}), "kerple log": ("kerple", {})}
 FAMILY_V2_RUNS = RUNS / "family_v2"
-FAMILY_V2_STORE = DATA / "results" / "family_v2.safetensors"
+FAMILY_V2_STORE = STORES["family_v2"]
 SHIPPED_AS = {
     "rope base 10000": "rope",
     "xpos B 64": "xpos",
@@ -281,7 +281,7 @@ def family_v2_dataset(
 # positions, so measured at L only), built from config at the default sizes and trained like the family v1
 # (FAMILY_TRAINING), so that they sit beside its "rope base 10000" and "alibi slopes x1". Seed 0 of Llama
 # and BLOOM is shipped in HF_CHECKPOINTS (with its own SHA256SUMS); every run's ŝ and NLL are in HF_STORE.
-HF_STORE = DATA / "results" / "hf.safetensors"
+HF_STORE = STORES["hf"]
 HF_RUNS = RUNS / "hf"
 HF_SHIPPED = ("hf-llama-s0", "hf-bloom-s0")
 HF_TRAINED = ("llama", "bloom", "gpt2")
@@ -347,7 +347,7 @@ def large_dataset(out: Path, runs: Path, device: str) -> Dataset:
         "device": device,
         "tf32": device.startswith("cuda"),
     }
-    return Dataset(Path(out) / "large.safetensors", specs, about, torch.int16, average_heads=True)
+    return Dataset(Path(out) / STORES["large"].name, specs, about, torch.int16, average_heads=True)
 
 
 def sweep_dataset(out: Path, runs: Path, device: str) -> Dataset:
@@ -374,4 +374,4 @@ def sweep_dataset(out: Path, runs: Path, device: str) -> Dataset:
         "device": device,
         "points": SWEEP_POINTS,
     }
-    return Dataset(Path(out) / "round2.safetensors", specs, about, torch.float16)
+    return Dataset(Path(out) / STORES["round2"].name, specs, about, torch.float16)

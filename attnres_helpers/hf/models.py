@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
+from pathlib import Path
+
+from ..paths import STORES
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 BOS_POLICIES = ("first", "none")  # every window begins with the model's BOS token / the model has none
@@ -41,7 +44,7 @@ class PretrainedModel:
     context: int  # the model's context length L (tokens)
     bos: str  # BOS policy: "first" (every window begins with BOS) or "none" (the model has no BOS)
     bos_note: str  # why, in a sentence
-    store: str  # its measurement store, relative to data/
+    store: str  # its measurement store: a name in paths.STORES (its file: store_path)
     licence: str  # one line: what the weights may be used for and what this repository ships
     lengths: tuple[float, ...]  # the store's lengths, as multiples of L (measure-pretrained)
     windows: int  # held-out windows per length
@@ -55,6 +58,8 @@ class PretrainedModel:
                 raise ValueError(f"pretrained model {self.name or '?'!r}: the field {f.name!r} is empty")
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", self.name):
             raise ValueError(f"pretrained model {self.name!r}: a name is lower-case letters, digits, '.' and '-'")
+        if self.store not in STORES:
+            raise ValueError(f"pretrained model {self.name!r}: store must name one of paths.STORES, got {self.store!r}")
         if self.bos not in BOS_POLICIES:
             raise ValueError(f"pretrained model {self.name!r}: bos must be one of {BOS_POLICIES}, got {self.bos!r}")
         for name in ("context", "windows", "per_head_up_to"):
@@ -78,6 +83,11 @@ class PretrainedModel:
             if not (isinstance(w, Wheel) and "==" in w.requirement and w.filename.endswith(".whl") and w.member):
                 raise ValueError(f"pretrained model {self.name!r}: a wheel needs a pinned requirement, file and member")
 
+    @property
+    def store_path(self) -> Path:
+        """The file of its measurement store (:data:`attnres_helpers.paths.STORES`)."""
+        return STORES[self.store]
+
 
 SMOLLM2 = PretrainedModel(
     name="smollm2-135m-instruct",
@@ -95,7 +105,7 @@ SMOLLM2 = PretrainedModel(
     context=8192,
     bos="none",
     bos_note="its tokenizer adds no BOS token (add_bos_token is false): windows are text from their first token",
-    store="results/pretrained.safetensors",
+    store="pretrained",
     licence="Apache-2.0 (SmolLM2); the repository ships derived profiles and figures, never the weights",
     lengths=(0.125, 0.25, 0.5, 1, 2),
     bca=(2,),
@@ -127,7 +137,7 @@ GEMMA3 = PretrainedModel(
     context=32768,
     bos="first",
     bos_note="its tokenizer puts <bos> first, as in its training: every window begins with it",
-    store="results/gemma3.safetensors",
+    store="gemma3",
     licence="Gemma Terms of Use; the repository ships derived profiles and figures, never the weights",
     lengths=(1 / 64, 1 / 32, 1 / 16, 1 / 8),  # 512 ... 4096: inside its context; 2L is out of reach on 2 cores
     windows=8,

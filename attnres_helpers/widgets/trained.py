@@ -20,13 +20,13 @@ import torch
 from numpy.typing import ArrayLike
 
 from ..metric import BOUNDARIES, HEAD_MODES, mean_over_heads
-from ..paths import data_path
+from ..paths import STORES
 from ..store import load_profiles, perplexities
 from .render import LatestWins, figure_layout
 from .text import error_html, format_sig
 from .trained_figure import TrainedFigure
 
-DEFAULT_STORE = data_path("results", "default.safetensors")  # the shipped models of notebooks 03 and 04
+DEFAULT_STORE = STORES["default"]  # the shipped models of notebooks 03 and 04
 NO_BCA_REASON = {
     "sinusoidal": "BCA is disabled for sinusoidal: absolute positions are added once at the input, so there is "
     "no window-relative version, and the store holds no BCA profiles for it (section 1)"

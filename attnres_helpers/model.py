@@ -137,7 +137,7 @@ PRESETS = {
     "default": ModelConfig(),
     # The first round's configuration (2 layers, L = 64), kept for the sweep's history.
     "small": ModelConfig(train_len=64, n_layer=2),
-    # The larger, GPU-trained second configuration (scripts/gpu_large.py): 8 layers, width 256, L = 256.
+    # The larger, GPU-trained second configuration (scripts/gpu_runs.py): 8 layers, width 256, L = 256.
     "large": ModelConfig(train_len=256, n_layer=8, n_head=4, d_model=256),
 }
 

@@ -3,8 +3,14 @@
 - One torch thread for the whole run (the tiny models gain nothing from more, and results then do not
   depend on the machine's thread count).
 - ``tiny_models``: trained tiny models shared by every test that needs one (trained once per run).
+- ``family``: the tiny family of two runs (helpers.family_dataset) trained and measured once per run, the
+  reference that kill, rerun and fault-injection tests compare with bit for bit; ``hf_run``: a sealed run
+  of a tiny Llama trained by our trainer.
+- ``in_process``: the runner's pool as threads of this process (helpers.in_process_runner).
 - ``cli``: the command line in-process through ``main(argv)``, with what a user would see (exit
   status, stdout, stderr); ``tests/test_cli.py`` keeps one real subprocess per command.
+
+Plain helpers (the repository root, the tiny settings, small checks) are in ``tests/helpers.py``.
 """
 
 from __future__ import annotations
@@ -15,13 +21,12 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from helpers import TINY_TRAINING, family_dataset, in_process_runner
 
 from attnres_helpers.__main__ import main
 from attnres_helpers.data import load_splits
 from attnres_helpers.model import preset
 from attnres_helpers.train import train
-
-TINY_TRAINING = dict(steps=20, batch_tokens=128, lr=3e-3, warmup=2, seed=0, checkpoint_every=0, progress=False)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -52,9 +57,53 @@ def tiny_models(tmp_path_factory) -> dict:
     for encoding, n_layer in (("rope", 3), ("alibi", 2)):
         dirs[encoding] = tmp_path_factory.mktemp(f"run-{encoding}")
         models[encoding], _ = train(
-            preset("tiny", encoding=encoding, n_layer=n_layer), out_dir=dirs[encoding], **TINY_TRAINING
+            preset("tiny", encoding=encoding, n_layer=n_layer),
+            out_dir=dirs[encoding],
+            seed=0,
+            checkpoint_every=0,
+            progress=False,
+            **TINY_TRAINING,
         )
     return {**models, "dirs": dirs}
+
+
+@pytest.fixture
+def in_process():
+    """The runner's pool as threads of this process, for the test (helpers.in_process_runner)."""
+    with in_process_runner():
+        yield
+
+
+@pytest.fixture(scope="session")
+def family(tmp_path_factory):
+    """The reference: the tiny family (helpers.family_dataset) trained and measured uninterrupted, in
+    this process, one run at a time (threads share torch's global RNG, which seeds the weights); tests
+    copy from it and never change it."""
+    from attnres_helpers.experiments import runner
+
+    ds = family_dataset(tmp_path_factory.mktemp("reference"))
+    with in_process_runner():
+        runner.run_datasets([ds], jobs=1, progress=False)
+    return ds
+
+
+@pytest.fixture(scope="session")
+def hf_run(tmp_path_factory):
+    """A Llama of our trainer (HFConfig), trained 2 steps: a sealed run folder named like the shipped ones."""
+    pytest.importorskip("transformers")
+    from attnres_helpers.hf import HFConfig
+
+    out = tmp_path_factory.mktemp("hf") / "hf-llama-s0"
+    train(
+        HFConfig("llama", train_len=16, n_layer=1, n_head=2, d_model=16),
+        steps=2,
+        batch_tokens=32,
+        warmup=1,
+        out_dir=out,
+        checkpoint_every=0,
+        progress=False,
+    )
+    return out
 
 
 @dataclass

@@ -3,11 +3,10 @@ cleanly (every behaviour is tested in-process through ``main(argv)``, in each mo
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = (
     "train",
     "reproduce",
@@ -35,11 +34,12 @@ def test_every_subcommand_starts_and_prints_its_help(command):
     assert out.stderr == ""
 
 
-def test_results_runs_as_a_process_and_a_user_error_is_one_line(tmp_path):
+def test_results_runs_as_a_process_and_a_user_error_is_one_line(tmp_path, cli):
     # a small shipped store: what is tested is the process
     shipped = run("results", "--store", "data/results/hf.safetensors")
     assert shipped.returncode == 0 and "hf-llama-s0" in shipped.stdout and shipped.stderr == ""
-    missing = run("results", "--store", str(tmp_path / "none.safetensors"))
+    # in-process, as the interpreter exits on sys.exit(message): status 1, the message on stderr
+    missing = cli("results", "--store", str(tmp_path / "none.safetensors"))
     assert missing.returncode == 1 and missing.stderr.splitlines() == [
         f"error: measurement store {tmp_path / 'none.safetensors'} is missing"
     ]

@@ -4,10 +4,10 @@ import gzip
 import platform
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,8 +22,6 @@ from attnres_helpers.data import (
     load_splits,
     train_val_split,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_corpus_matches_its_sha256_and_readme():

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import ROOT
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "execute_notebooks.py"
+SCRIPT = ROOT / "scripts" / "execute_notebooks.py"
 spec = importlib.util.spec_from_file_location("execute_notebooks", SCRIPT)
 execute_notebooks = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(execute_notebooks)

@@ -1,5 +1,7 @@
 """The shipped experiment, run end to end on tiny models in tmp_path: train, measure, store, verify,
-re-measure. Nothing here reads data/checkpoints/ or data/results/ (they may be being regenerated)."""
+re-measure. Nothing here reads data/checkpoints/ or data/results/ (they may be being regenerated). The
+runner's workers are threads of this process (helpers.InProcessPool); its real process pool is tested in
+tests/test_runner_processes.py."""
 
 import dataclasses
 import json
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY_MEASURE, TINY_TRAINING, in_process_runner
 
 from attnres_helpers import experiments
 from attnres_helpers.model import preset
@@ -15,19 +18,22 @@ from attnres_helpers.store import as_stored, load_curves, load_profiles, records
 from attnres_helpers.tables import record_mismatches
 
 TINY = {"train_len": 16, "n_layer": 2, "n_head": 2, "d_model": 32}
-TINY_TRAINING = {"steps": 6, "batch_tokens": 64, "lr": 1e-3, "warmup": 2}
-TINY_MEASURE = {"multiples": (1, 2), "n_windows": 3}
 ENCODINGS, SEEDS = ("rope", "sinusoidal"), (0, 1)
 
 
 SETTINGS = {"model": TINY, "training": TINY_TRAINING, "measure": TINY_MEASURE}
+
+pytestmark = pytest.mark.usefixtures("in_process")  # every test: the runner's pool as threads
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
     store = root.parent / "results" / "default.safetensors"
-    profiles = experiments.reproduce(root, store, encodings=ENCODINGS, seeds=SEEDS, jobs=1, progress=False, **SETTINGS)
+    with in_process_runner():
+        profiles = experiments.reproduce(
+            root, store, encodings=ENCODINGS, seeds=SEEDS, jobs=1, progress=False, **SETTINGS
+        )
     remeasured = experiments.measure_checkpoints(root, ENCODINGS, SEEDS, progress=False, **TINY_MEASURE)
     return root, store, profiles, remeasured
 
@@ -49,7 +55,7 @@ def test_reproduce_writes_every_checkpoint_and_the_store(tiny_run):
     loaded, about = load_profiles(store)
     assert about == {
         "command": experiments.REPRODUCE_COMMAND,
-        "measure": {"multiples": [1, 2], "n_windows": 3},
+        "measure": {"multiples": [1, 2], "n_windows": 2},
         "training": TINY_TRAINING,
     }
     assert sorted(p.key for p in loaded) == sorted(p.key for p in profiles)
@@ -207,7 +213,7 @@ def test_family_settings():
 
 
 def test_run_datasets_trains_measures_and_then_keeps(tmp_path):
-    """One tiny run through the process pool; a second call finds it in the store and re-runs nothing."""
+    """One tiny run through the runner's pool; a second call finds it in the store and re-runs nothing."""
     spec = experiments.RunSpec(
         "tiny-rope-s3",
         preset("tiny"),

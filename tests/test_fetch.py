@@ -16,6 +16,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
+from helpers import tiny_llama  # noqa: E402
+
 from attnres_helpers.hf import fetch  # noqa: E402
 from attnres_helpers.hf.models import SMOLLM2  # noqa: E402
 
@@ -30,23 +32,10 @@ class Tokenizer:
         (Path(folder) / "tokenizer.json").write_text("{}")
 
 
-def _tiny_llama():
-    cfg = transformers.LlamaConfig(
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        vocab_size=256,
-        tie_word_embeddings=True,
-    )
-    return transformers.AutoModelForCausalLM.from_config(cfg)
-
-
 @pytest.fixture
 def no_parse(monkeypatch):
     """convert() dequantises a tiny Llama instead of parsing a GGUF file."""
-    monkeypatch.setattr(fetch, "_dequantised", lambda gguf: (_tiny_llama(), Tokenizer()))
+    monkeypatch.setattr(fetch, "_dequantised", lambda gguf: (tiny_llama(context=2048), Tokenizer()))
 
 
 @pytest.fixture
@@ -77,6 +66,7 @@ def test_debris_of_dead_processes_is_removed_at_the_next_start_and_a_live_ones_k
     assert sorted(p.name for p in cache.iterdir()) == sorted([live[0].name, "downloads", SMOLLM2.name])
 
 
+@pytest.mark.slow
 def test_a_child_process_dies_with_its_parent(tmp_path):
     """pip download runs through run_child: a kill -9 of the command does not leave pip running on."""
     pid_file = tmp_path / "pid"
@@ -113,7 +103,7 @@ def _running(pid: int) -> bool:
 def test_a_full_disk_during_the_conversion_is_one_line_naming_the_folder(tmp_path, monkeypatch):
     from safetensors import SafetensorError
 
-    model = _tiny_llama()
+    model = tiny_llama(context=2048)
 
     def full(folder, **kwargs):
         Path(folder).mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,10 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
+from helpers import dead_pid, read_only
+from safetensors import SafetensorError
+from safetensors.torch import save_file
 
 from attnres_helpers import files
 
@@ -149,7 +153,7 @@ def test_a_dead_processes_temporaries_are_removed_on_entry_and_a_live_ones_kept(
     whose process is not alive is debris; names that no live process can have (PID 0, a PID past any
     process's) are debris too, without an error."""
     store = tmp_path / "s.safetensors"
-    dead = _dead_pid()
+    dead = dead_pid()
     names = {
         f".s.safetensors.tmp-{dead}": False,
         ".s.safetensors.tmp-0": False,
@@ -164,8 +168,28 @@ def test_a_dead_processes_temporaries_are_removed_on_entry_and_a_live_ones_kept(
         assert {name: (tmp_path / name).exists() for name in names} == names
 
 
-def _dead_pid() -> int:
-    """The PID of a process that has exited and been reaped."""
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait(timeout=WAIT_S)
-    return child.pid
+def test_safetensors_files_are_written_with_no_temporary_of_their_own(tmp_path):
+    """safetensors' save_file writes ``.tmpXXXXXX`` beside its target and renames it (a kill leaves it, under a
+    name nothing cleans); write_safetensors writes the same bytes into the file itself: it works in a folder
+    where no file can be created, where save_file cannot."""
+    tensors = {"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(2, dtype=torch.float16)}
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    target = folder / "model.safetensors"
+    target.write_bytes(b"")
+    with read_only(folder):  # no file can be created in it; the existing one can still be written
+        files.write_safetensors(tensors, target, {"k": "v"})
+        with pytest.raises(SafetensorError):
+            save_file(tensors, folder / "model.safetensors")
+    save_file(tensors, tmp_path / "reference.safetensors", metadata={"k": "v"})
+    assert target.read_bytes() == (tmp_path / "reference.safetensors").read_bytes()
+    assert sorted(p.name for p in folder.iterdir()) == ["model.safetensors"]
+
+
+def test_a_file_over_the_hashing_bound_is_refused_unread(tmp_path, monkeypatch):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"x" * 11)
+    monkeypatch.setattr("builtins.open", lambda *a, **k: pytest.fail("the file was opened"))
+    with pytest.raises(ValueError) as err:
+        files.sha256_file(path, max_bytes=10)
+    assert str(err.value) == f"{path} is 11 bytes, over the 10-byte bound: refused"

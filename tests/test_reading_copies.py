@@ -3,11 +3,10 @@ notebook, a pull reaches the copies the reader has not changed, and a changed co
 unless asked by name."""
 
 import importlib.util
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("reading_copies", ROOT / "scripts" / "reading_copies.py")
 reading_copies = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reading_copies)

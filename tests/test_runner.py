@@ -1,63 +1,62 @@
-"""The runner (attnres_helpers.experiments.runner) in this process, its pool replaced by threads, on tiny
-runs in tmp_path: which runs a store keeps, drops and measures again, the store's lock over a whole
-command, what it prints, inputs checked before any work, and seals written only over verified weights."""
+"""The runner (attnres_helpers.experiments.runner) in this process, its pool replaced by threads
+(helpers.InProcessPool), on tiny runs in tmp_path: which runs a store keeps, drops and measures again, the
+store's lock over a whole command (a second writer refused), what it prints, inputs checked before any
+work, seals written only over verified weights, a dead writer's debris removed, a kill at every file
+operation of a store write, and the parts of a torchrun run merged. Its real worker processes are tested
+in tests/test_runner_processes.py."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import (
+    BOUND_S,
+    TINY_MEASURE,
+    TINY_TRAINING,
+    KillAt,
+    Killed,
+    assert_same_tensors,
+    dead_pid,
+    debris,
+    family_dataset,
+    in_process_runner,
+    one_line,
+    read_only,
+    tiny_spec,
+)
 
 from attnres_helpers import experiments, files
+from attnres_helpers.__main__ import main as cli_main
 from attnres_helpers.checkpoints import RETRAIN, load_checkpoint, seal_root
 from attnres_helpers.experiments import runner
-from attnres_helpers.experiments.specs import Dataset, RunSpec
-from attnres_helpers.model import preset
-from attnres_helpers.store import load_curves, load_profiles, save_profiles
+from attnres_helpers.experiments.specs import Dataset
+from attnres_helpers.store import average_heads, load_curves, load_profiles, save_profiles
 
-TRAINING = {"steps": 4, "batch_tokens": 64, "lr": 1e-3, "warmup": 1}
-MEASURE = {"multiples": (1, 2), "n_windows": 2}
-RUNS = (("rope-s0", "rope", 0, "rope base 10000"), ("alibi-s1", "alibi", 1, "alibi slopes x1"))  # SHIPPED_AS labels
+RUNS = (("rope", 0, "rope base 10000"), ("alibi", 1, "alibi slopes x1"))  # SHIPPED_AS labels
 
-
-def _threads(jobs: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max(1, jobs))
+pytestmark = pytest.mark.usefixtures("in_process")  # every test: the runner's pool as threads
 
 
-@pytest.fixture(autouse=True)
-def in_process(monkeypatch):
-    """The runner's pool as threads: the same parent loop, and a monkeypatch reaches the workers."""
-    monkeypatch.setattr(runner, "_pool", _threads)
-
-
-def _dataset(root: Path, seeds=(0, 1), measure: dict = MEASURE) -> Dataset:
-    specs = [
-        RunSpec(
-            name,
-            preset("tiny", encoding=enc),
-            seed,
-            root / "runs" / name,
-            dict(TRAINING),
-            {"config": label},
-            dict(measure),
-        )
-        for name, enc, seed, label in RUNS
-        if seed in seeds
-    ]
-    return Dataset(root / "store.safetensors", specs, {"command": "test", "measure": MEASURE})
+def _dataset(root: Path, seeds=(0, 1), measure: dict = TINY_MEASURE) -> Dataset:
+    """The tiny family labelled as SHIPPED_AS settings, into ``root/store.safetensors``."""
+    specs = [tiny_spec(root, enc, seed, config=label, measure=measure) for enc, seed, label in RUNS if seed in seeds]
+    return Dataset(root / "store.safetensors", specs, {"command": "test", "measure": TINY_MEASURE})
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """Two tiny runs trained and measured into one store; the root that holds runs/ and the store."""
     root = tmp_path_factory.mktemp("trained")
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(runner, "_pool", _threads)
+    with in_process_runner():
         runner.run_datasets([_dataset(root)], jobs=1, progress=False)
     return root
 
@@ -225,16 +224,15 @@ def test_inputs_are_checked_before_any_work(ds, family_v2, monkeypatch, case, er
 def shipped(tmp_path_factory) -> Path:
     """A root as reproduce writes it (one tiny run, sealed), and its store: the root."""
     root = tmp_path_factory.mktemp("shipped")
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(runner, "_pool", _threads)
+    with in_process_runner():
         experiments.reproduce(*_reproduce_args(root), jobs=1, progress=False, **_SETTINGS)
     return root
 
 
 _SETTINGS = {
     "model": {"train_len": 16, "n_layer": 1, "n_head": 2, "d_model": 16},
-    "training": TRAINING,
-    "measure": MEASURE,
+    "training": TINY_TRAINING,
+    "measure": TINY_MEASURE,
 }
 
 
@@ -292,3 +290,200 @@ def test_hf_checkpoints_are_shipped_only_from_sealed_runs(shipped, tmp_path):
     with pytest.raises(ValueError, match=r"^finished run .*rope-s0 has no SHA256SUMS"):
         runner.ship_hf_checkpoints(runs, tmp_path / "hf", ["rope-s0"])
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_read_only_store_folder_fails_before_any_run_naming_the_store(family, tmp_path):
+    ds = family_dataset(tmp_path)
+    ds.store.parent.mkdir(parents=True)
+    with read_only(ds.store.parent):
+        with pytest.raises(OSError) as err:
+            runner.run_datasets([ds], jobs=2, progress=False)
+    lock = ds.store.with_name("family.safetensors.lock")
+    assert str(err.value) in (
+        f"cannot write {ds.store}: its lock {lock} cannot be taken (Operation not permitted)",  # chattr +i (root)
+        f"cannot write {ds.store}: its lock {lock} cannot be taken (Permission denied)",
+    )  # chmod
+    assert not (tmp_path / "runs").exists()  # nothing trained for a store that cannot be written
+
+
+def test_a_dead_writers_store_temporary_is_removed_at_the_next_start(family, tmp_path):
+    ds = family_dataset(tmp_path)
+    shutil.copytree(family.store.parent, ds.store.parent)  # every run is in the store: nothing to run
+    dead, alive = (
+        ds.store.parent / f".family.safetensors.tmp-{dead_pid()}",
+        ds.store.parent / f".family.safetensors.tmp-{os.getpid()}",
+    )
+    dead.write_bytes(b"half a store")
+    alive.write_bytes(b"a live writer's")
+    runner.run_datasets([ds], jobs=1, progress=False)
+    assert not dead.exists() and alive.exists()  # only a dead process's temporary is debris
+    alive.unlink()
+    assert_same_tensors(ds.store, family.store)
+
+
+def test_run_datasets_refuses_a_store_another_process_holds_and_a_killed_holders_lock_is_free(family, tmp_path):
+    """files.exclusive is the kernel's flock: a live holder refuses the run, a killed one's lock is free at once
+    (its file stays, holding a PID that is never trusted); more cases in tests/test_files.py."""
+    ds = family_dataset(tmp_path)
+    shutil.copytree(family.store.parent, ds.store.parent)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from attnres_helpers import files\n"
+            "with files.exclusive(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()",
+            str(ds.store),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(RuntimeError) as err:
+            runner.run_datasets([ds], jobs=1, progress=False)
+        lock = ds.store.with_name("family.safetensors.lock")
+        assert str(err.value) == (
+            f"{ds.store} is being written by another process (pid {holder.pid}, lock {lock}); wait for it, "
+            "or stop that process"
+        )
+    finally:
+        holder.kill()  # a writer killed while holding it
+        holder.stdin.close()
+        holder.wait(timeout=BOUND_S)
+        holder.stdout.close()
+    assert lock.read_text() == str(holder.pid)
+    runner.run_datasets([ds], jobs=1, progress=False)
+    assert lock.read_text() == str(os.getpid())  # left after release, and free
+
+
+def _drop_flocks(lock: Path) -> None:
+    """Close this process's descriptors of ``lock`` (which drops their flock), as a kill would: a kill
+    simulated in this process before files.exclusive's own close leaves its descriptor open."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == os.path.realpath(lock):
+                os.close(int(fd))
+        except OSError:  # the listing's own descriptor, gone
+            pass
+
+
+def test_a_kill_at_every_file_operation_of_a_store_write_leaves_the_old_or_the_new_store(family, tmp_path, monkeypatch):
+    """The store holds the first run; the second (trained, measured here) is added. A kill at any file
+    operation of the run leaves the old store or the new one, whole, and a rerun completes it."""
+    base = tmp_path / "base"
+    ds = family_dataset(base)
+    for spec in ds.specs:  # both trained: what is written in this test is the store (and the lock)
+        shutil.copytree(next(s for s in family.specs if s.name == spec.name).out_dir, spec.out_dir)
+    first = [p for p in load_profiles(family.store)[0] if p.run == "rope-s0"]
+    save_profiles(
+        ds.store,
+        first,
+        ds.about,
+        ds.dtype,
+        {k: c for k, c in runner.load_curves(family.store).items() if k[0] == "rope-s0"},
+    )
+    old = ds.store.read_bytes()
+    with monkeypatch.context() as m:
+        counter = KillAt(m, None)
+        runner.run_datasets([family_dataset(shutil.copytree(base, tmp_path / "count"))], jobs=1, progress=False)
+    n_ops = counter.count
+    assert n_ops >= 6 + 3  # one store write, the lock taken and released
+    old_keys = sorted(p.key for p in first)
+    new_keys = sorted(p.key for p in load_profiles(family.store)[0])
+    for k in range(n_ops):
+        copy = family_dataset(shutil.copytree(base, tmp_path / f"killed-{k}"))
+        with monkeypatch.context() as m:
+            kill = KillAt(m, k)
+            with pytest.raises(Killed):
+                runner.run_datasets([copy], jobs=1, progress=False)
+            assert kill.fired
+        lock = copy.store.with_name("family.safetensors.lock")
+        _drop_flocks(lock)  # what the kernel does when a process is killed
+        keys = sorted(p.key for p in load_profiles(copy.store)[0])  # loads: never a partial store
+        assert keys in (old_keys, new_keys), k
+        assert copy.store.read_bytes() == old or keys == new_keys, k
+        runner.run_datasets([copy], jobs=1, progress=False)  # the rerun completes it
+        assert_same_tensors(copy.store, family.store)
+        assert debris(copy.store.parent) == []
+        shutil.rmtree(copy.store.parent.parent)
+
+
+def test_a_rerun_under_torchrun_merges_what_a_stopped_one_left_and_runs_the_rest(family, tmp_path, monkeypatch):
+    """One rank, in this process: rope-s0 is in a part a stopped run left (its training finished), alibi-s1
+    is not; rank 0 merges the part first, so only alibi-s1 is trained and measured."""
+    ds = family_dataset(tmp_path)
+    for spec in ds.specs:
+        shutil.copytree(next(s for s in family.specs if s.name == spec.name).out_dir, spec.out_dir)
+    rope = [p for p in load_profiles(family.store)[0] if p.run == "rope-s0"]
+    save_profiles(runner.part_path(ds.store, 1, 2), rope, ds.about)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    for name, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(runner, "_die_with_parent", lambda parent: None)  # not for the test process itself
+    ran, real = [], runner.train_and_measure
+    monkeypatch.setattr(runner, "train_and_measure", lambda spec, *a, **k: ran.append(spec.name) or real(spec, *a, **k))
+    kept = runner.run_datasets_distributed([ds], progress=False)[ds.store]
+    assert ran == ["alibi-s1"] and {p.run for p in kept} == {"rope-s0", "alibi-s1"}
+    assert_same_tensors(ds.store, family.store)
+    assert sorted(p.name for p in ds.store.parent.iterdir() if p.suffix != ".lock") == ["family.safetensors"]
+
+
+def test_parts_a_stopped_distributed_run_left_are_merged_at_the_next_start(family, tmp_path):
+    ds = family_dataset(tmp_path)
+    ds.store.parent.mkdir(parents=True)
+    profiles = load_profiles(family.store)[0]
+    save_profiles(ds.store, [p for p in profiles if p.run == "rope-s0"], ds.about)
+    save_profiles(runner.part_path(ds.store, 1, 2), [p for p in profiles if p.run == "alibi-s1"], ds.about)
+    save_profiles(runner.part_path(ds.store, 0, 3), [p for p in profiles if p.run == "alibi-s1"], ds.about)  # twice
+    kept = runner._merge_parts([ds])[ds.store]
+    assert sorted(p.key for p in kept) == sorted(p.key for p in profiles)
+    assert_same_tensors(ds.store, family.store)
+    assert sorted(p.name for p in ds.store.parent.iterdir() if p.suffix != ".lock") == ["family.safetensors"]
+
+
+def test_merged_int16_parts_are_returned_as_the_store_holds_them(family, tmp_path):
+    """As family-v2 --distributed writes them: head means, the parts float32, the store int16 codes. The
+    merge returns exactly what the store then holds (store.as_stored), the part's run included."""
+    ds = dataclasses.replace(family_dataset(tmp_path), dtype=torch.int16, average_heads=True)
+    ds.store.parent.mkdir(parents=True)
+    profiles = average_heads(load_profiles(family.store)[0])
+    save_profiles(ds.store, [p for p in profiles if p.run == "rope-s0"], ds.about, torch.int16)
+    save_profiles(runner.part_path(ds.store, 1, 2), [p for p in profiles if p.run == "alibi-s1"], ds.about)
+    kept = {p.key: p for p in runner._merge_parts([ds])[ds.store]}
+    stored = {p.key: p for p in load_profiles(ds.store)[0]}
+    assert kept.keys() == stored.keys() == {p.key for p in profiles}
+    for key, p in stored.items():
+        for name in ("s_hat", "nll", "key0"):
+            a, b = getattr(kept[key], name), getattr(p, name)
+            assert (a is None and b is None) or torch.equal(a, b), (key, name)
+    assert sorted(p.name for p in ds.store.parent.iterdir() if p.suffix != ".lock") == ["family.safetensors"]
+
+
+def test_family_v2_distributed_is_for_torchrun_only(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["family-v2", "--distributed"])
+    assert one_line(exit_info) == (
+        "error: --distributed needs torchrun: `torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed`"
+    )
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["family-v2"])
+    assert one_line(exit_info) == (
+        "error: started by torchrun (RANK and WORLD_SIZE are set): pass --distributed, or run it with plain python"
+    )
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["family-v2", "--distributed"])
+    assert one_line(exit_info) == "error: RANK must be in [0, WORLD_SIZE), got RANK=2, WORLD_SIZE=2"

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import tiny_llama
 
 from attnres_helpers.hf.sinks import (
     ARRANGEMENTS,
@@ -35,18 +36,7 @@ def test_each_arrangement_keeps_the_length_and_moves_only_the_token_it_names():
 
 def _uniform_llama():
     """A tiny Llama whose q and k projections are zero: every query attends uniformly to its i + 1 keys."""
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=256,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    model = tiny_llama(hidden_size=32, layers=2, heads=4, kv_heads=2, context=64)
     with torch.no_grad():
         for module in model.modules():
             if hasattr(module, "q_proj"):

@@ -1,5 +1,8 @@
 """The measurement store (attnres_helpers.store): ŝ and per-position NLL are kept, R and perplexity
-are queries over them. Tiny models are trained in tmp_path; no shipped file is read."""
+are queries over them. Tiny models are trained in tmp_path; no shipped file is read.
+
+Stores that lie are refused at read (metadata, negative NLL), and values a store cannot hold at write
+(float16's range, an NLL past float32's); an NLL past exp's range is an infinite perplexity and valid JSON."""
 
 import json
 import math
@@ -7,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import one_line
 from safetensors import safe_open
+from safetensors.torch import save_file
 
 from attnres_helpers.__main__ import main as cli_main
 from attnres_helpers.data import eval_windows
@@ -26,9 +31,7 @@ from attnres_helpers.store import (
     save_profiles,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 L = 16  # the tiny preset's training length
-TRAIN = dict(steps=20, batch_tokens=128, lr=3e-3, warmup=2, seed=0, checkpoint_every=0, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -621,3 +624,101 @@ def test_heads_averaged_must_name_profiles_of_one_head(tmp_path):
     save_file(load_file(path), path, metadata={"attnres": header})
     with pytest.raises(ValueError, match=r"entry 'r/8/0' is malformed \(run 'r' at eval_len 8: heads_averaged lists"):
         load_profiles(path)
+
+
+def _lying_store(path: Path, profile: Profile, meta=None, nll=None) -> Path:
+    """A store file written without Profile's checks: ``meta`` and ``nll`` as given."""
+    header = {"about": {}, "runs": {profile.run: meta if meta is not None else profile.meta}}
+    key = profile.key
+    nll = profile.nll if nll is None else nll
+    save_file(
+        {f"{key}/s_hat": profile.s_hat.contiguous(), f"{key}/nll": nll.double()},
+        path,
+        metadata={"attnres": json.dumps(header)},
+    )  # json.dumps writes NaN as NaN
+    return path
+
+
+@pytest.fixture(scope="module")
+def profile(family) -> Profile:
+    return next(p for p in load_profiles(family.store)[0] if p.run == "rope-s0" and p.eval_len == 32 and not p.bca)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"train_len": -3}, "run 'rope-s0': train_len must be an integer in [2, 1048576], got -3"),
+        ({"train_len": 0}, "run 'rope-s0': train_len must be an integer in [2, 1048576], got 0"),
+        ({"run": "someone-else"}, "run 'rope-s0': metadata may not hold the record keys ['run']"),
+        ({"seed": float("nan")}, "run 'rope-s0': seed must be an integer, got nan"),
+    ],
+)
+def test_store_metadata_that_lies_is_refused_at_read(profile, tmp_path, change, message):
+    path = _lying_store(tmp_path / "lie.safetensors", profile, meta={**profile.meta, **change})
+    with pytest.raises(ValueError) as err:
+        load_profiles(path)
+    assert str(err.value) == f"measurement store {path}: entry 'rope-s0/32/0' is malformed ({message})"
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["results", "--json", "--store", str(path)])
+    assert one_line(exit_info) == f"error: {err.value}"
+
+
+def test_negative_nll_is_refused_at_read(profile, tmp_path):
+    path = _lying_store(tmp_path / "lie.safetensors", profile, nll=-profile.nll)
+    with pytest.raises(ValueError) as err:
+        load_profiles(path)
+    assert str(err.value) == (
+        f"measurement store {path}: entry 'rope-s0/32/0' is malformed (run 'rope-s0' at eval_len "
+        "32: nll must be finite and >= 0 (a negative log-likelihood of a probability))"
+    )
+
+
+def test_nll_past_exps_range_is_an_infinite_perplexity_and_valid_json(profile, tmp_path, capsys):
+    huge = Profile(
+        profile.run, profile.meta, profile.eval_len, profile.bca, profile.s_hat, torch.full_like(profile.nll, 710.0)
+    )
+    path = tmp_path / "huge.safetensors"
+    save_profiles(path, [huge])
+    assert {r["perplexity"] for r in records([huge])} == {math.inf}
+    cli_main(["results", "--json", "--store", str(path)])
+    out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert {(r["perplexity"], r["perplexity_first_L"], r["perplexity_past_L"]) for r in out} == {(None, None, None)}
+    cli_main(["results", "--store", str(path)])  # the text form: inf, no OverflowError
+    assert "ppl <L inf" in capsys.readouterr().out
+
+
+def test_results_store_empty_string_is_refused():
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["results", "--store", ""])
+    assert one_line(exit_info) == "error: --store must name a store file, got an empty string"
+
+
+def test_a_float16_store_refuses_values_it_cannot_hold(profile, tmp_path):
+    big = Profile(profile.run, profile.meta, profile.eval_len, profile.bca, profile.s_hat * 0 + 70000.0, profile.nll)
+    with pytest.raises(ValueError) as err:
+        save_profiles(tmp_path / "f16.safetensors", [big], dtype=torch.float16)
+    assert str(err.value) == (
+        "rope-s0/32/0: s_hat has values beyond torch.float16's range (|x| > 65504); store it as float32 or int16"
+    )
+    assert list(tmp_path.iterdir()) == []
+    save_profiles(
+        tmp_path / "f16.safetensors",
+        [Profile(big.run, big.meta, big.eval_len, big.bca, big.s_hat * 0 + 65504.0, big.nll)],
+        dtype=torch.float16,
+    )
+    assert load_profiles(tmp_path / "f16.safetensors")[0][0].s_hat.max() == 65504.0  # the largest it holds
+
+
+def test_a_store_refuses_an_nll_past_float32s_range(profile, tmp_path):
+    """The NLL is stored as float32: a finite NLL above 3.4e38 would be written as inf, which no store
+    reads back; both the writer and as_stored refuse it by name, and nothing is written."""
+    huge = Profile(profile.run, profile.meta, profile.eval_len, profile.bca, profile.s_hat, profile.nll * 0 + 1e39)
+    message = "rope-s0/32/0: nll has values beyond torch.float32's range (|x| > 3.40282e+38)"
+    for dtype in (torch.float32, torch.int16):
+        with pytest.raises(ValueError) as err:
+            save_profiles(tmp_path / "big.safetensors", [huge], dtype=dtype)
+        assert str(err.value) == message
+        with pytest.raises(ValueError) as err:
+            as_stored([huge], dtype)
+        assert str(err.value) == message
+    assert list(tmp_path.iterdir()) == []

@@ -1,16 +1,20 @@
-"""Training, checkpoints and resume (attnres_helpers.train) on the tiny preset."""
+"""Training, checkpoints and resume (attnres_helpers.train) on the tiny preset; the train command's bounds
+(threads, model size, a run folder that cannot be written) checked before any step; a kill at every file
+operation of train() resumed bit for bit (slow)."""
 
 import json
 import math
+import os
 import shutil
 
 import pytest
 import torch
+from helpers import KillAt, Killed, one_line, read_only, reseal
 from safetensors.torch import load_file, save_file
 
 import attnres_helpers.train as train_mod
 from attnres_helpers.__main__ import main as cli_main
-from attnres_helpers.files import sha256_file, sha256sums
+from attnres_helpers.files import sha256sums
 from attnres_helpers.model import PRESETS, ModelConfig, preset
 from attnres_helpers.train import MIN_LR_RATIO, atomic_write, load_checkpoint, lr_at, train
 
@@ -28,14 +32,6 @@ def finished(tmp_path_factory):
 
 def _copy(run_dir, tmp_path):
     return shutil.copytree(run_dir, tmp_path / "copy")
-
-
-def _reseal(run_dir):
-    """Rewrite a run's SHA256SUMS for its (edited) files: a folder whose hashes match but whose content is
-    inconsistent, to reach the checks behind the hash check."""
-    (run_dir / "SHA256SUMS").write_text(
-        "".join(f"{sha256_file(run_dir / n)}  {n}\n" for n in ("config.json", "model.safetensors"))
-    )
 
 
 def test_lr_schedule_warmup_then_cosine():
@@ -202,7 +198,7 @@ def test_corrupt_checkpoint_errors_name_the_file(finished, tmp_path, corrupt, ma
     corrupt(run_dir)
     with pytest.raises(ValueError, match=r"does not match SHA256SUMS"):  # the hash check comes first
         load_checkpoint(run_dir)
-    _reseal(run_dir)  # hashes that match an inconsistent folder: the checks behind them
+    reseal(run_dir)  # hashes that match an inconsistent folder: the checks behind them
     with pytest.raises(ValueError, match=match):
         load_checkpoint(run_dir)
 
@@ -570,10 +566,106 @@ def test_oversized_config_is_refused_from_the_header_before_any_model_is_built(f
     constructed."""
     run_dir = _copy(finished[0], tmp_path)
     _rewrite_json(run_dir / "config.json", lambda c: c["model"].update(d_model=2048, n_layer=16))
-    _reseal(run_dir)
+    reseal(run_dir)
     built = []
     real_build = ModelConfig.build
     monkeypatch.setattr(ModelConfig, "build", lambda cfg: built.append(torch.empty(0).device) or real_build(cfg))
     with pytest.raises(ValueError, match=r"config\.json does not match the weights.*16 layers of width 2048"):
         load_checkpoint(run_dir)
     assert [str(d) for d in built] == ["meta"]  # built once, on the meta device (no memory), to read its shapes
+
+
+def test_train_into_a_read_only_out_fails_before_training_naming_the_target(tmp_path, monkeypatch):
+    out = tmp_path / "ro"
+    out.mkdir()
+    steps = []
+    monkeypatch.setattr(train_mod, "get_batch", lambda *a, **k: steps.append(1) or pytest.fail("a step ran"))
+    with read_only(out):
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main(
+                [
+                    "train",
+                    "--preset",
+                    "tiny",
+                    "--steps",
+                    "3",
+                    "--warmup",
+                    "1",
+                    "--batch-tokens",
+                    "64",
+                    "--quiet",
+                    "--checkpoint-every",
+                    "0",
+                    "--out",
+                    str(out),
+                ]
+            )
+    assert one_line(exit_info) == (
+        f"error: cannot write {out / 'model.safetensors'}: the run folder {out} cannot be "
+        "written (Operation not permitted); choose another out_dir"
+    )
+    assert steps == [] and list(out.iterdir()) == []
+
+
+TRAIN_RUN = {
+    "steps": 6,
+    "batch_tokens": 64,
+    "lr": 1e-3,
+    "warmup": 2,
+    "seed": 3,
+    "checkpoint_every": 2,
+    "progress": False,
+}  # resume state at steps 2 and 4, then the model, config.json and SHA256SUMS
+
+
+@pytest.mark.slow
+def test_a_kill_at_every_file_operation_of_train_resumes_bit_identically(tmp_path, monkeypatch):
+    cfg = preset("tiny", encoding="rope")
+    with monkeypatch.context() as m:
+        counter = KillAt(m, None)
+        train_mod.train(cfg, out_dir=tmp_path / "reference", **TRAIN_RUN)
+    n_ops = counter.count
+    reference = (tmp_path / "reference" / "model.safetensors").read_bytes()
+    assert n_ops >= 7 * 6  # seven atomic writes of six operations each, and the unlinks
+    for k in range(n_ops):
+        out = tmp_path / f"killed-{k}"
+        with monkeypatch.context() as m:
+            kill = KillAt(m, k)
+            with pytest.raises(Killed):
+                train_mod.train(cfg, out_dir=out, **TRAIN_RUN)
+            assert kill.fired
+        train_mod.train(cfg, out_dir=out, **TRAIN_RUN)  # resume
+        assert (out / "model.safetensors").read_bytes() == reference, f"kill at operation {k}"
+        assert sorted(p.name for p in out.iterdir()) == ["SHA256SUMS", "config.json", "model.safetensors"], k
+        load_checkpoint(out)
+        shutil.rmtree(out)
+
+
+def test_train_threads_are_bounded(tmp_path, capsys):
+    most = 4 * os.cpu_count()
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["train", "--preset", "tiny", "--threads", "100000", "--out", str(tmp_path / "run")])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines() == [
+        f"python -m attnres_helpers train: error: argument --threads: must be at most {most} (4 x the "
+        f"{os.cpu_count()} CPUs), got 100000 (see --help)"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--n-layer", "100000", "--d-model", "4096"], "error: n_layer must be at most 1024, got 100000"),
+        (
+            ["--n-layer", "1000", "--d-model", "1024"],
+            "error: the model would have 12,592,392,192 parameters (1000 layers "
+            "of width 1024), over the bound of 1,000,000,000",
+        ),
+        (["--d-model", "131072", "--n-head", "2"], "error: d_model must be at most 65536, got 131072"),
+    ],
+)
+def test_model_size_is_bounded_before_anything_is_built(tmp_path, monkeypatch, args, message):
+    monkeypatch.setattr(ModelConfig, "build", lambda cfg: pytest.fail("a model was built"))
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["train", "--preset", "tiny", "--quiet", "--out", str(tmp_path / "run"), *args])
+    assert one_line(exit_info) == message and not (tmp_path / "run").exists()

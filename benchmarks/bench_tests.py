@@ -1,0 +1,94 @@
+"""The fast test target (`make test-fast`) timed side by side in one run: on a committed tree (HEAD by
+default, its package and tests unpacked with `git archive` into a temporary folder: nothing in this
+checkout changes) and on the working tree, one after the other.
+
+    .venv/bin/python benchmarks/bench_tests.py              # HEAD, then the working tree
+    .venv/bin/python benchmarks/bench_tests.py --ref HEAD~1
+
+Each run is `python -m pytest -m "not browser and not pretrained and not slow" tests` (the Makefile's
+test-fast line) from its tree's root, so that tree's package is the one imported. Printed per run: wall
+time, the children's CPU time, pytest's summary line and the load average before and after; then the
+ratio of the wall times. Not a timed test: wall times depend on what else runs on the machine, so read
+them with the load averages (on a shared 2-core machine a load above 2 means waiting for a core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not browser and not pretrained and not slow", "tests"]
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def unpack(ref: str, into: Path) -> str:
+    """``git archive ref`` unpacked into ``into``; returns the commit it names."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    archive = subprocess.Popen(["git", "archive", ref], cwd=ROOT, stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", str(into)], stdin=archive.stdout, check=True)
+    archive.stdout.close()
+    if archive.wait() != 0:
+        raise SystemExit(f"git archive {ref} failed")
+    helpers = into / "tests" / "helpers.py"
+    if not helpers.exists() and any("from helpers import" in p.read_text() for p in (into / "tests").glob("*.py")):
+        # a commit that took a test file's import of tests/helpers.py before the file itself
+        shutil.copy(ROOT / "tests" / "helpers.py", helpers)
+        print(f"note: {ref} imports tests/helpers.py without holding it; the working tree's copy is used")
+    return commit
+
+
+def timed(label: str, tree: Path) -> float | None:
+    """The fast target in ``tree``: prints its lines and returns its wall time (None where pytest ran no
+    tests: an error while collecting them)."""
+    env = {k: v for k, v in os.environ.items() if k != "ATTNRES_ROOT"}  # each tree finds its own data/
+    package = subprocess.run(
+        [sys.executable, "-c", "import attnres_helpers; print(attnres_helpers.__file__)"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    before_load, cpu0 = load(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, *FAST], cwd=tree, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    lines = [line for line in out.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
+    print(f"{label}: {wall:.1f} s wall, {cpu:.1f} s CPU (package {package})")
+    print(f"    pytest: {lines[-1].strip('= ') if lines else out.stdout[-500:]!r}")
+    print(f"    {before_load} before, {load()} after")
+    return wall if lines else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ref", default="HEAD", help="the committed tree to compare with (default HEAD)")
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {load()}")
+    with tempfile.TemporaryDirectory(prefix="bench-tests-") as tmp:
+        commit = unpack(args.ref, Path(tmp))
+        old = timed(f"{args.ref} ({commit})", Path(tmp))
+    new = timed("working tree", ROOT)
+    if old is None or new is None:
+        print("no ratio: a run stopped while collecting its tests (above)")
+    else:
+        print(f"ratio {args.ref} / working tree: {old / new:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

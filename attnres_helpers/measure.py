@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from .data import eval_windows
 from .metric import ScoreAccumulator
-from .store import Profile
+from .store import Profile, profile_of_means
 
 
 def attention_scores(model: torch.nn.Module, tokens: torch.Tensor, bca: bool = False) -> list[torch.Tensor]:
@@ -106,5 +106,5 @@ def measure_model(
             if bca and not model.supports_bca:
                 continue
             m = measure_windows(model, windows, bca=bca, batch_size=batch_size)
-            profiles.append(Profile(run, meta, T, bca, m["s_hat"].float().cpu(), m["nll"].cpu(), m["key0"].float()))
+            profiles.append(profile_of_means(run, meta, T, bca, m))
     return profiles

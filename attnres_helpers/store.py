@@ -169,6 +169,16 @@ class Profile:
         return diagonal_counts(self.eval_len, self.block)
 
 
+def profile_of_means(run: str, meta: dict, eval_len: int, bca: bool, means: dict) -> Profile:
+    """The one Profile builder of a measurement: ``means`` holds the window means ``s_hat (layers, H, T)``,
+    ``nll (T,)`` and ``key0 (layers, H, T)`` as a window loop computed them (our models' :mod:`.measure`, a
+    pretrained model's :mod:`.hf.pretrained`), kept as a store keeps them: s_hat and key0 float32, nll
+    float64, on the CPU."""
+    return Profile(
+        run, meta, eval_len, bca, means["s_hat"].float().cpu(), means["nll"].double().cpu(), means["key0"].float().cpu()
+    )
+
+
 def average_heads(profiles: list[Profile], lengths: Container[int] | None = None) -> list[Profile]:
     """The profiles with ŝ and key0 averaged over heads at every eval length in ``lengths`` (None: all),
     as mean-scores R averages them (:func:`metric.mean_over_heads`): one "head" of shape (layers, 1, T),

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from ..data import eval_windows, load_splits
 from ..files import exclusive, save_safetensors, sums_fingerprint
 from ..model import blockwise_causal_mask
-from ..store import Profile, average_heads, save_profiles
+from ..store import Profile, average_heads, profile_of_means, save_profiles
 from .attention import (
     METHODS,
     CaptureError,
@@ -244,15 +244,8 @@ def measure_store(
     profiles, window_values = [], {}
     for T, bca in sorted(jobs):
         key, n = _work_key(T, bca), len(windows[T])
-        profile = Profile(
-            run,
-            {**meta, "windows": {str(t): len(windows[t]) for t in lengths}},
-            T,
-            bca,
-            (sums[f"{key}/s_hat"] / n).float(),
-            sums[f"{key}/nll"] / n,
-            (sums[f"{key}/key0"] / n).float(),
-        )
+        means = {name: sums[f"{key}/{name}"] / n for name in ("s_hat", "nll", "key0")}
+        profile = profile_of_means(run, {**meta, "windows": {str(t): len(windows[t]) for t in lengths}}, T, bca, means)
         profiles.append(profile)
         window_values[profile.key] = {name: sums[f"{key}/window/{name}"].float() for name in WINDOW_VALUES}
     return profiles, window_values
@@ -264,7 +257,7 @@ WINDOW_VALUES = ("r", "r_sink_free", "nll")  # kept for every window (the window
 def _window_values(run: str, meta: dict, T: int, bca: bool, stats: dict) -> dict[str, torch.Tensor]:
     """One window's R per layer, with and without the first-token entries (:meth:`Profile.layer_resolutions`,
     the one place R is computed), and its mean NLL."""
-    alone = Profile(run, meta, T, bca, stats["s_hat"].float(), stats["nll"], stats["key0"].float())
+    alone = profile_of_means(run, meta, T, bca, stats)
     r, r_sink_free = alone.layer_resolutions(), alone.layer_resolutions(sink=False)
     return {"r": r, "r_sink_free": r_sink_free, "nll": stats["nll"].mean()}
 

@@ -33,11 +33,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .encoding_registry import ENCODINGS, T5_BUCKETS
+from . import encoding_registry
+from .encoding_registry import T5_BUCKETS
 
-MODEL_ENCODINGS = tuple(ENCODINGS)  # the trainable encodings, one entry each in encoding_registry
+MODEL_ENCODINGS = tuple(encoding_registry.ENCODINGS)  # the trainable encodings, one entry each in encoding_registry
 # additive biases with learned parameters (one set per layer)
-LEARNED_BIASES = tuple(name for name, e in ENCODINGS.items() if e.learned_per_head)
+LEARNED_BIASES = tuple(name for name, e in encoding_registry.ENCODINGS.items() if e.learned_per_head)
 KERPLE_MIN = 0.01  # KERPLE's clamp of p and a (Chi et al. 2022, official code)
 # Resource bounds, checked before anything is built: far above every configuration here (the large one has
 # 6.4M parameters), far below what would exhaust a machine's memory without a clear message.
@@ -102,7 +103,7 @@ class ModelConfig:
     def n_parameters(self) -> int:
         """The parameter count of :class:`Transformer` for this config, from the sizes alone."""
         d, H = self.d_model, self.n_head
-        learned = ENCODINGS[self.encoding].learned_per_head * H
+        learned = encoding_registry.ENCODINGS[self.encoding].learned_per_head * H
         block = 12 * d * d + 9 * d + learned  # qkv, proj, MLP (4d) with biases, two LayerNorms, a learned bias
         return self.vocab_size * d + self.n_layer * block + 2 * d  # tied embedding, blocks, final LayerNorm
 
@@ -202,7 +203,7 @@ class PositionInfo:
         causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
         self.allowed = blockwise_causal_mask(T, cfg.train_len // 2).to(device) if bca else causal  # (T, T)
         self.rotary = None
-        if ENCODINGS[cfg.encoding].position == "rotary":
+        if encoding_registry.ENCODINGS[cfg.encoding].position == "rotary":
             self.rotary = self._rotary(cfg, T, device)
         self.bias = None  # fixed additive score bias (H, T, T), ALiBi only
         self.distance = None  # i − j clamped at 0 (T, T), for the learned biases of each layer
@@ -339,7 +340,7 @@ class Transformer(nn.Module):
     @property
     def supports_bca(self) -> bool:
         """BCA needs a relative encoding: absolute positions (sinusoidal) are added once at the input."""
-        return ENCODINGS[self.cfg.encoding].relative
+        return encoding_registry.ENCODINGS[self.cfg.encoding].relative
 
     def _run(self, idx: torch.Tensor, bca: bool, capture: bool):
         if idx.ndim != 2:

@@ -163,13 +163,13 @@ def cmd_measure_hf(args: argparse.Namespace) -> None:
         measure_pretrained_store(
             args.model,
             args.store,
-            args.lengths,
-            args.bca,
-            args.windows,
-            args.method,
-            args.train_len,
-            args.work,
-            args.per_head_up_to,
+            multiples=args.lengths,
+            bca_multiples=args.bca,
+            n_windows=args.windows,
+            method=args.method,
+            train_len=args.train_len,
+            work=args.work,
+            per_head_up_to=args.per_head_up_to,
             bos=args.bos,
             report=print,
         )
@@ -178,7 +178,13 @@ def cmd_measure_hf(args: argparse.Namespace) -> None:
         raise ValueError("--bos is kept in a store: it needs --store")
     _print_records(
         measure_pretrained(
-            args.model, args.lengths, args.windows, args.method, args.train_len, args.bca, progress=not args.json
+            args.model,
+            multiples=args.lengths,
+            n_windows=args.windows,
+            method=args.method,
+            train_len=args.train_len,
+            bca_multiples=args.bca,
+            progress=not args.json,
         ),
         args.json,
     )
@@ -217,7 +223,13 @@ def cmd_measure_pretrained(args: argparse.Namespace) -> None:
     for e in _registry_entries(args.names):
         store = e.store_path
         measure_pretrained_store(
-            e.name, store, e.lengths, e.bca, e.windows, per_head_up_to=e.per_head_up_to, report=print
+            e.name,
+            store,
+            multiples=e.multiples,
+            bca_multiples=e.bca_multiples,
+            n_windows=e.windows,
+            per_head_up_to=e.per_head_up_to,
+            report=print,
         )
 
 

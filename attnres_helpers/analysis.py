@@ -377,7 +377,7 @@ UNNAMED = "a case the plan does not name"
 
 
 @dataclass(frozen=True)
-class TestResult:
+class V2Result:
     """One predictor against one outcome under plan v2 (every interval on the same cluster resamples)."""
 
     predictor: str
@@ -402,7 +402,7 @@ def _against(c: Correlation, sign: int) -> bool:
     return (c.high < 0) if sign > 0 else (c.low > 0)
 
 
-def test_v2(
+def evaluate_v2(
     points: list[Point],
     predictor: str,
     outcome: str,
@@ -411,7 +411,7 @@ def test_v2(
     rng: int | np.random.Generator | None = 0,
     bca_off_only: bool | None = None,
     sign: int | None = None,
-) -> TestResult:
+) -> V2Result:
     """Plan v2's test of ``predictor`` against ``outcome``: Spearman's ρ, a cluster-bootstrap interval over
     trained settings, the permutation p within mask setting (the unrestricted one beside it), ρ within
     each mask setting and within each family of WITHIN_FAMILIES (BCA off), the partial ρ given BCA, and
@@ -459,7 +459,7 @@ def test_v2(
             within_family[family] = subset_correlation(
                 sub, predictor, outcome, confidence_level=confidence_level, **common
             )
-    return TestResult(
+    return V2Result(
         predictor,
         outcome,
         sign,
@@ -475,7 +475,7 @@ def test_v2(
     )
 
 
-def verdict_v2(result: TestResult) -> tuple[str, list[str]]:
+def verdict_v2(result: V2Result) -> tuple[str, list[str]]:
     """Plan v2's category for ``result`` (with its predicted sign) and the sentences that say why."""
     pr, sign = result.primary, result.sign
     side = "above" if sign > 0 else "below"

@@ -29,12 +29,12 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as err:
-        raise _naming(err, path) from err
+        raise _named_error(err, path) from err
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def _naming(err: OSError, path: Path) -> OSError:
+def _named_error(err: OSError, path: Path) -> OSError:
     """``err`` as the same kind of OSError, with a message that names ``path``."""
     named = type(err)(f"cannot write {path}: {err.strerror or err}")
     named.errno = err.errno

@@ -360,7 +360,7 @@ def _scores_of(s_hat: Profile | np.ndarray | torch.Tensor) -> np.ndarray | torch
     return s_hat.s_hat if isinstance(s_hat, Profile) else s_hat
 
 
-def _layer_resolutions(s_hat: Profile | np.ndarray | torch.Tensor, train_len: int, boundary: Boundary) -> list[float]:
+def _per_layer_R(s_hat: Profile | np.ndarray | torch.Tensor, train_len: int, boundary: Boundary) -> list[float]:
     """Per-layer mean-scores R of a profile (a stored Profile, or bare ŝ wrapped into one): the store's query."""
     from .store import Profile
     from .tables import scores_profile
@@ -390,7 +390,7 @@ def plot_layer_softmax(
     ``s_hat`` is a stored Profile or its ŝ (layers, H, T); R is the store's query (mean-scores)."""
     ax = plt.gca() if ax is None else ax
     _, p = _layer_softmax(s_hat)
-    for layer, (w, r) in enumerate(zip(p, _layer_resolutions(s_hat, train_len, boundary))):
+    for layer, (w, r) in enumerate(zip(p, _per_layer_R(s_hat, train_len, boundary))):
         ax.plot(
             np.arange(len(w)),
             np.where(w > 0, w, np.nan),

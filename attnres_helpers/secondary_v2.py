@@ -1,7 +1,7 @@
 """Plan v2's pre-registered tests beyond the two primaries (notebook 05, section 9), each computed as the plan
 says, and one baseline a re-analysis asked for after the data (labelled so wherever it is shown).
 
-- the secondary outcome, the rise at 4L, tested like the primary (:func:`analysis.test_v2`);
+- the secondary outcome, the rise at 4L, tested like the primary (:func:`analysis.evaluate_v2`);
 - the primary predictor with the first-token sink removed (the sink-free R, reported beside R);
 - the copy outcome pooled over all configurations, both mask settings (the plan: "reported beside it");
 - the RoPE base bound of Men et al. 2024 (6 RoPE settings, BCA off): Spearman's ρ of log(base / base_min(2L))
@@ -20,19 +20,19 @@ from .stats import spearman, spearman_permutation_test
 RISE_4L_SIGN = -1  # as the rise at 2L: support needs ρ(R, rise 4L) < 0
 
 
-def rise_4l(points: list[Point], **resampling) -> analysis.TestResult:
+def rise_4l(points: list[Point], **resampling) -> analysis.V2Result:
     """The secondary outcome: the primary predictor against the rise at 4L, tested like the primary."""
-    return analysis.test_v2(points, analysis.V2_PREDICTOR, "rise 4L", sign=RISE_4L_SIGN, **resampling)
+    return analysis.evaluate_v2(points, analysis.V2_PREDICTOR, "rise 4L", sign=RISE_4L_SIGN, **resampling)
 
 
-def sink_free(points: list[Point], outcome: str, **resampling) -> analysis.TestResult:
+def sink_free(points: list[Point], outcome: str, **resampling) -> analysis.V2Result:
     """The primary test with the primary predictor's sink-free form (R without the first-token entries)."""
-    return analysis.test_v2(points, analysis.V2_PREDICTOR + " sink-free", outcome, **resampling)
+    return analysis.evaluate_v2(points, analysis.V2_PREDICTOR + " sink-free", outcome, **resampling)
 
 
-def pooled_copy(points: list[Point], **resampling) -> analysis.TestResult:
+def pooled_copy(points: list[Point], **resampling) -> analysis.V2Result:
     """The copy outcome over every configuration, both mask settings (the primary's test is BCA off only)."""
-    return analysis.test_v2(points, analysis.V2_PREDICTOR, "copy past L", bca_off_only=False, **resampling)
+    return analysis.evaluate_v2(points, analysis.V2_PREDICTOR, "copy past L", bca_off_only=False, **resampling)
 
 
 def base_bound_test(points: list[Point], L: int, outcome: str = "rise 2L", n_resamples: int = 10000, rng=0) -> dict:
@@ -75,7 +75,7 @@ def lookup_rho(points: list[Point], outcome: str) -> tuple[float, float]:
     return spearman(lookup_baseline(points, outcome), y), spearman(analysis.column(points, analysis.V2_PREDICTOR), y)
 
 
-def rise_qualifiers(result: analysis.TestResult, points: list[Point]) -> list[str]:
+def rise_qualifiers(result: analysis.V2Result, points: list[Point]) -> list[str]:
     """The sentences a careful reader needs beside the rise verdict, from the numbers: what "beyond the mask"
     means in the plan, the within-family correlations, and the leave-one-setting-out lookup (after the data)."""
     lines = []

@@ -49,8 +49,8 @@ PAPER_TABLE3 = {
     "xpos": {"R(L)": 0.98, "R(2L)": 0.54, "R(2L)+BCA": 1.08},  # LEX − BCA; LEX
 }
 LEVEL_TOLERANCE = 0.15  # "about level": |R(2L) − R(L)| < 0.15·|R(L)|
-RECORD_KEYS = ("encoding", "seed", "train_len", "eval_len", "bca", "head_mode", "layer")
-RECORD_VALUES = ("resolution", "perplexity", "perplexity_past_L")
+TABLE_KEYS = ("encoding", "seed", "train_len", "eval_len", "bca", "head_mode", "layer")  # what identifies a table row
+TABLE_VALUES = ("resolution", "perplexity", "perplexity_past_L")
 
 # Column selections the notebooks print.
 PAIR_COLUMNS = [
@@ -132,7 +132,7 @@ def index_records(records: list[dict], head_mode: HeadMode, group: str = "encodi
         raise ValueError(f"unknown head_mode {head_mode!r}; choose one of {HEAD_MODES}")
     if not isinstance(records, (list, tuple)) or not records:
         raise ValueError("records must be a non-empty list of measurement dicts")
-    required = (group,) * (group not in RECORD_KEYS) + RECORD_KEYS + RECORD_VALUES
+    required = (group,) * (group not in TABLE_KEYS) + TABLE_KEYS + TABLE_VALUES
     for r in records:
         missing = [k for k in required if k not in r]
         if missing:
@@ -154,7 +154,7 @@ def index_records(records: list[dict], head_mode: HeadMode, group: str = "encodi
         key = (r[group], r["eval_len"] // r["train_len"], bool(r["bca"]), r["layer"])
         cell = index.setdefault(key, {})
         if r["seed"] in cell:
-            raise ValueError(f"two records for { ({k: r[k] for k in (group, *RECORD_KEYS)}) }")
+            raise ValueError(f"two records for { ({k: r[k] for k in (group, *TABLE_KEYS)}) }")
         cell[r["seed"]] = r
     if not index:
         raise ValueError(f"no records with head_mode {head_mode!r}")
@@ -454,7 +454,7 @@ def sink_free_records(records: list[dict]) -> list[dict]:
     if missing:
         raise ValueError(
             f"{len(missing)} records have no resolution_sink_free (a store without key-0 scores), "
-            f"e.g. { ({k: missing[0].get(k) for k in RECORD_KEYS}) }"
+            f"e.g. { ({k: missing[0].get(k) for k in TABLE_KEYS}) }"
         )
     return [{**r, "resolution": r["resolution_sink_free"]} for r in records]
 
@@ -590,21 +590,21 @@ def record_mismatches(measured: list[dict], shipped: list[dict], tol: float = 1e
     def by_key(records: list[dict], name: str) -> dict[tuple, dict]:
         keyed = {}
         for r in records:
-            key = tuple(r[k] for k in RECORD_KEYS)
+            key = tuple(r[k] for k in TABLE_KEYS)
             if key in keyed:
-                raise ValueError(f"{name} holds two records for {dict(zip(RECORD_KEYS, key))}")
+                raise ValueError(f"{name} holds two records for {dict(zip(TABLE_KEYS, key))}")
             keyed[key] = r
         return keyed
 
     a, b = by_key(measured, "measured"), by_key(shipped, "shipped")
     out = [
-        f"only in {name}: {dict(zip(RECORD_KEYS, key))}"
+        f"only in {name}: {dict(zip(TABLE_KEYS, key))}"
         for name, keys in (("measured", a.keys() - b.keys()), ("shipped", b.keys() - a.keys()))
         for key in sorted(keys, key=str)
     ]
     for key in sorted(a.keys() & b.keys(), key=str):
-        for value in (*RECORD_VALUES, "perplexity_first_L", "resolution_sink_free"):  # absent from older records
+        for value in (*TABLE_VALUES, "perplexity_first_L", "resolution_sink_free"):  # absent from older records
             x, y = a[key].get(value), b[key].get(value)
             if (x is None) != (y is None) or (x is not None and not math.isclose(x, y, rel_tol=tol, abs_tol=tol)):
-                out.append(f"{value} differs at {dict(zip(RECORD_KEYS, key))}: measured {x}, shipped {y}")
+                out.append(f"{value} differs at {dict(zip(TABLE_KEYS, key))}: measured {x}, shipped {y}")
     return out

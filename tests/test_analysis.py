@@ -8,7 +8,7 @@ import torch
 
 from attnres_helpers import analysis
 from attnres_helpers.analysis import Point
-from attnres_helpers.experiments import model_config
+from attnres_helpers.experiments import default_config
 from attnres_helpers.metric import layer_resolution
 from attnres_helpers.store import Profile
 
@@ -21,7 +21,7 @@ def profile(config, encoding, seed, eval_len, bca, s_hat, nll_first, nll_past):
         "seed": seed,
         "train_len": L,
         "config": config,
-        "model": model_config(encoding, train_len=L).to_dict(),
+        "model": default_config(encoding, train_len=L).to_dict(),
     }
     nll = torch.tensor([nll_first] * L + [nll_past] * (eval_len - L), dtype=torch.float64)
     return Profile(f"{config}-s{seed}".replace(" ", "-"), meta, eval_len, bca, s_hat, nll)
@@ -180,12 +180,12 @@ def test_v2_support_within_the_mask_and_the_copy_outcome():
     x = np.r_[np.arange(n), np.arange(n) + 0.5]
     fams = (["rope"] * 4 + ["xpos"] * 4 + ["alibi"] * 4) * 2
     points = synthetic_v2(x, -x, x, [False] * n + [True] * n, [f"s{i}" for i in range(n)] * 2, fams)
-    rise = analysis.test_v2(points, "R(2L) upper", "rise 2L", **FAST)
+    rise = analysis.evaluate_v2(points, "R(2L) upper", "rise 2L", **FAST)
     assert rise.primary.rho == pytest.approx(-1.0) and rise.primary.p_value == pytest.approx(1 / 501)
     assert set(rise.within_family) == {"rope", "xpos", "alibi"}
     assert all(c.rho == pytest.approx(-1.0) for c in rise.within_family.values())
     assert analysis.verdict_v2(rise)[0] == analysis.PREDICTS
-    copy = analysis.test_v2(points, "R(2L) upper", "copy past L", **FAST)
+    copy = analysis.evaluate_v2(points, "R(2L) upper", "copy past L", **FAST)
     assert copy.bca_off_only and copy.primary.n == n and copy.primary.rho == pytest.approx(1.0)
     assert analysis.verdict_v2(copy)[0] == analysis.PREDICTS
     assert copy.baselines["design R(2L)"].rho == pytest.approx(-1.0)  # a secondary on the same resamples
@@ -199,7 +199,7 @@ def test_v2_mask_only_is_tracks_the_mask_and_the_restricted_p_is_not_fooled():
     bca = np.r_[np.zeros(n), np.ones(n)].astype(bool)
     x, y = bca * 10 + rng.random(2 * n), -10.0 * bca + rng.random(2 * n)
     points = synthetic_v2(x, y, y, bca, [f"s{i}" for i in range(n)] * 2, ["rope"] * 2 * n)
-    result = analysis.test_v2(points, "R(2L) upper", "rise 2L", **FAST)
+    result = analysis.evaluate_v2(points, "R(2L) upper", "rise 2L", **FAST)
     assert result.p_unrestricted < 0.01 and result.primary.p_value > 0.05
     assert analysis.verdict_v2(result)[0] == analysis.INCONCLUSIVE  # the plan's p is the restricted one
 
@@ -210,7 +210,7 @@ def test_v2_wrong_sign_is_evidence_against_and_noise_is_inconclusive():
     fams = ["alibi"] * 2 * n
     against = synthetic_v2(x, x, -x, [False] * n + [True] * n, [f"s{i}" for i in range(2 * n)], fams)
     for outcome, says in (("rise 2L", "a larger rise 2L"), ("copy past L", "a smaller copy past L")):
-        category, lines = analysis.verdict_v2(analysis.test_v2(against, "R(2L) upper", outcome, **FAST))
+        category, lines = analysis.verdict_v2(analysis.evaluate_v2(against, "R(2L) upper", outcome, **FAST))
         assert category == analysis.AGAINST and f"higher R goes with {says} here" in " ".join(lines)
     rng = np.random.default_rng(4)
     noise = synthetic_v2(
@@ -221,7 +221,8 @@ def test_v2_wrong_sign_is_evidence_against_and_noise_is_inconclusive():
         [f"s{i}" for i in range(n)] * 2,
         fams,
     )
-    assert analysis.verdict_v2(analysis.test_v2(noise, "R(2L) upper", "rise 2L", **FAST))[0] == analysis.INCONCLUSIVE
+    noise_result = analysis.evaluate_v2(noise, "R(2L) upper", "rise 2L", **FAST)
+    assert analysis.verdict_v2(noise_result)[0] == analysis.INCONCLUSIVE
 
 
 def test_stratified_permutation_keeps_each_stratum():

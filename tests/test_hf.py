@@ -290,7 +290,7 @@ def test_hf_architectures_train_and_reload_through_the_project_trainer(tmp_path,
 
 def test_measure_pretrained_from_a_local_folder(tmp_path):
     tiny("llama").save_pretrained(tmp_path)
-    recs = hf.measure_pretrained(str(tmp_path), lengths=(1, 2), n_windows=1)
+    recs = hf.measure_pretrained(str(tmp_path), multiples=(1, 2), n_windows=1)
     lengths = sorted({r["eval_len"] for r in recs})
     assert lengths == [CTX, 2 * CTX]
     assert {r["encoding"] for r in recs} == {"rope"} and all(0 <= r["resolution"] <= 1 for r in recs)

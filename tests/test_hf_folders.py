@@ -124,7 +124,7 @@ def test_measure_hf_on_broken_folders_is_one_line_naming_the_folder(llama_folder
             else f"{folder / 'config.json'}: num_attention_heads must be a positive integer, got 0"
         )
         with pytest.raises(ValueError) as err:
-            hf.measure_pretrained(str(folder), lengths=(1,), n_windows=1)
+            hf.measure_pretrained(str(folder), multiples=(1,), n_windows=1)
         assert str(err.value).startswith(expected) and len(str(err.value).splitlines()) == 1
         with pytest.raises(SystemExit) as exit_info:
             cli_main(["measure-hf", "--model", str(folder), "--lengths", "1", "--windows", "1", "--json"])
@@ -142,7 +142,7 @@ def test_a_model_with_huge_logits_gives_infinite_perplexity_and_valid_json(llama
         model.get_output_embeddings().weight.mul_(1e6)  # tied: the logits are about 1e12 a token
     folder = tmp_path / "huge"
     model.save_pretrained(folder)
-    recs = hf.measure_pretrained(folder, lengths=(1,), n_windows=1)
+    recs = hf.measure_pretrained(folder, multiples=(1,), n_windows=1)
     assert recs and {r["perplexity"] for r in recs} == {math.inf}
     assert all(0 <= r["resolution"] <= 1 for r in recs)
     capsys.readouterr()
@@ -231,16 +231,16 @@ def test_the_projects_own_folders_point_to_the_right_command(family, hf_run, tmp
 def test_measure_pretrained_takes_a_path(llama_folder):
     from attnres_helpers import hf
 
-    recs = hf.measure_pretrained(llama_folder, lengths=(1,), n_windows=1)
+    recs = hf.measure_pretrained(llama_folder, multiples=(1,), n_windows=1)
     assert {r["run"] for r in recs} == {"tiny-llama"} and {r["eval_len"] for r in recs} == {32}
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"lengths": (float("inf"),)}, "lengths must be multiples of L in (0, 64], got [inf]"),
-        ({"lengths": ()}, "no lengths to measure"),
-        ({"lengths": (True,)}, "lengths must be multiples of L in (0, 64], got [True]"),
+        ({"multiples": (float("inf"),)}, "lengths must be multiples of L in (0, 64], got [inf]"),
+        ({"multiples": ()}, "no lengths to measure"),
+        ({"multiples": (True,)}, "lengths must be multiples of L in (0, 64], got [True]"),
         ({"n_windows": True}, "n_windows must be a positive integer, got True"),
         ({"n_windows": 0}, "n_windows must be a positive integer, got 0"),
         ({"train_len": 1.5}, "train_len must be an integer >= 2, got 1.5"),

@@ -15,15 +15,15 @@ def test_the_registry_holds_both_models_under_their_names():
     assert list(PRETRAINED_MODELS) == ["smollm2-135m-instruct", "gemma-3-270m"]
     assert all(name == m.name for name, m in PRETRAINED_MODELS.items())
     assert pretrained_model("gemma-3-270m") is GEMMA3
-    assert [int(k * GEMMA3.context) for k in GEMMA3.lengths] == [512, 1024, 2048, 4096]
+    assert [int(k * GEMMA3.context) for k in GEMMA3.multiples] == [512, 1024, 2048, 4096]
     assert SMOLLM2.bos == "none" and GEMMA3.bos == "first"
     assert len({m.store for m in PRETRAINED_MODELS.values()}) == len(PRETRAINED_MODELS)
     assert fetch.model_dir(GEMMA3) == CACHE / "gemma-3-270m"
 
 
-@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(PretrainedModel) if f.name != "bca"])
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(PretrainedModel) if f.name != "bca_multiples"])
 def test_an_entry_missing_a_field_is_refused(field):
-    empty = {"wheels": (), "context": None, "windows": None, "per_head_up_to": None, "lengths": ()}.get(field, "")
+    empty = {"wheels": (), "context": None, "windows": None, "per_head_up_to": None, "multiples": ()}.get(field, "")
     with pytest.raises(ValueError, match=f"the field '{field}' is empty"):
         dataclasses.replace(GEMMA3, **{field: empty})
     with pytest.raises(TypeError):  # a field left out altogether
@@ -37,7 +37,7 @@ def test_an_entry_missing_a_field_is_refused(field):
         ({"bos": "last"}, "bos must be one of"),
         ({"name": "Gemma 3"}, "a name is lower-case"),
         ({"windows": 0}, "windows must be a positive integer"),
-        ({"lengths": (1 / 3,)}, "whole tokens"),
+        ({"multiples": (1 / 3,)}, "whole tokens"),
         ({"wheels": (Wheel("gemma", "x.whl", "0" * 64, "m"),)}, "pinned requirement"),
     ],
 )

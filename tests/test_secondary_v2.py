@@ -28,7 +28,7 @@ def test_lookup_baseline_leaves_the_setting_out():
 def test_an_outcome_outside_the_plan_needs_its_sign():
     points = [_point(f"s{i}", "a", False, float(i), float(-i)) for i in range(5)]
     with pytest.raises(ValueError, match=r"outcome 'rise 9L' is not one of plan v2's .*: give its sign"):
-        analysis.test_v2(points, analysis.V2_PREDICTOR, "rise 9L", n_resamples=10)
+        analysis.evaluate_v2(points, analysis.V2_PREDICTOR, "rise 9L", n_resamples=10)
 
 
 def test_copy_caveat_counts_the_settings_where_the_gain_past_l_is_larger():

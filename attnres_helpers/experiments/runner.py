@@ -112,7 +112,7 @@ def measure_spec(spec: RunSpec, summary: dict, device: str = "cpu") -> tuple[lis
 
 
 @contextmanager
-def _naming(spec: RunSpec):
+def _naming_the_run(spec: RunSpec):
     """A worker's error, as one RuntimeError naming the run."""
     try:
         yield
@@ -123,14 +123,14 @@ def _naming(spec: RunSpec):
 def train_and_measure(spec: RunSpec, device: str = "cpu", threads: int = 1) -> tuple[list[Profile], dict]:
     """A worker's job: train, then measure ``spec``; errors name the run."""
     torch.set_num_threads(threads)
-    with _naming(spec):
+    with _naming_the_run(spec):
         return measure_spec(spec, train_spec(spec, device), device)
 
 
 def train_only(spec: RunSpec, device: str = "cpu", threads: int = 1) -> None:
     """A worker's job: train ``spec`` (no measuring); errors name the run."""
     torch.set_num_threads(threads)
-    with _naming(spec):
+    with _naming_the_run(spec):
         train_spec(spec, device)
 
 
@@ -230,7 +230,7 @@ def _check_inputs(datasets: list[Dataset], device: str) -> None:
         if Path(ds.store).exists() and not Path(ds.store).is_file():
             raise ValueError(f"store {ds.store} is a folder (or another non-file): give the path of a store file")
         for spec in ds.specs:
-            with _naming(spec):
+            with _naming_the_run(spec):
                 check_training(spec.cfg, spec.seed, device, **spec.training)
                 check_measure(**{**MEASURE, **spec.measure})
 

@@ -38,7 +38,7 @@ ENCODINGS = ("sinusoidal", "rope", "xpos", "alibi", "nope")  # the shipped exper
 MEASURE = {"multiples": (1, 2, 4), "n_windows": 32}
 
 
-def model_config(encoding: str, **overrides) -> ModelConfig:
+def default_config(encoding: str, **overrides) -> ModelConfig:
     """The default configuration for ``encoding``, with some model fields changed."""
     return preset("default", encoding=encoding, **{**MODEL, **overrides})
 
@@ -151,7 +151,7 @@ def default_dataset(
     specs = [
         RunSpec(
             f"{e}-s{s}",
-            model_config(e, **(model or {})),
+            default_config(e, **(model or {})),
             s,
             checkpoint_dir(e, s, root),
             training,
@@ -194,7 +194,7 @@ def family_specs(
     return [
         RunSpec(
             f"{slug(label)}-s{seed}",
-            model_config(encoding, **params),
+            default_config(encoding, **params),
             seed,
             Path(runs_root) / f"{slug(label)}-s{seed}",
             dict(training),
@@ -359,7 +359,7 @@ def sweep_dataset(out: Path, runs: Path, device: str) -> Dataset:
                 specs.append(
                     RunSpec(
                         f"{point}-{e}-s{s}",
-                        model_config(e, **model_changes),
+                        default_config(e, **model_changes),
                         s,
                         Path(runs) / "sweep" / f"{point}-{e}-s{s}",
                         training,

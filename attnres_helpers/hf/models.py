@@ -46,15 +46,15 @@ class PretrainedModel:
     bos_note: str  # why, in a sentence
     store: str  # its measurement store: a name in paths.STORES (its file: store_path)
     licence: str  # one line: what the weights may be used for and what this repository ships
-    lengths: tuple[float, ...]  # the store's lengths, as multiples of L (measure-pretrained)
+    multiples: tuple[float, ...]  # the store's lengths, as multiples of L (measure-pretrained)
     windows: int  # held-out windows per length
     per_head_up_to: int  # every head kept up to this length, the head mean beyond (the data budget)
-    bca: tuple[float, ...] = ()  # multiples of L also measured with BCA (blocks of L/2)
+    bca_multiples: tuple[float, ...] = ()  # multiples of L also measured with BCA (blocks of L/2)
 
     def __post_init__(self):
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name != "bca" and value in ("", (), None):
+            if f.name != "bca_multiples" and value in ("", (), None):
                 raise ValueError(f"pretrained model {self.name or '?'!r}: the field {f.name!r} is empty")
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", self.name):
             raise ValueError(f"pretrained model {self.name!r}: a name is lower-case letters, digits, '.' and '-'")
@@ -66,7 +66,7 @@ class PretrainedModel:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"pretrained model {self.name!r}: {name} must be a positive integer, got {value!r}")
-        for k in (*self.lengths, *self.bca):
+        for k in (*self.multiples, *self.bca_multiples):
             if not (
                 isinstance(k, (int, float))
                 and not isinstance(k, bool)
@@ -107,8 +107,8 @@ SMOLLM2 = PretrainedModel(
     bos_note="its tokenizer adds no BOS token (add_bos_token is false): windows are text from their first token",
     store="pretrained",
     licence="Apache-2.0 (SmolLM2); the repository ships derived profiles and figures, never the weights",
-    lengths=(0.125, 0.25, 0.5, 1, 2),
-    bca=(2,),
+    multiples=(0.125, 0.25, 0.5, 1, 2),
+    bca_multiples=(2,),
     windows=8,
     per_head_up_to=1,
 )
@@ -139,7 +139,7 @@ GEMMA3 = PretrainedModel(
     bos_note="its tokenizer puts <bos> first, as in its training: every window begins with it",
     store="gemma3",
     licence="Gemma Terms of Use; the repository ships derived profiles and figures, never the weights",
-    lengths=(1 / 64, 1 / 32, 1 / 16, 1 / 8),  # 512 ... 4096: inside its context; 2L is out of reach on 2 cores
+    multiples=(1 / 64, 1 / 32, 1 / 16, 1 / 8),  # 512 ... 4096: inside its context; 2L is out of reach on 2 cores
     windows=8,
     per_head_up_to=1,
 )

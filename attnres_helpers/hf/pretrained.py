@@ -264,19 +264,19 @@ def _window_values(run: str, meta: dict, T: int, bca: bool, stats: dict) -> dict
 
 def measure_pretrained(
     name_or_path: str | Path,
-    lengths: Sequence[float] = (1, 2),
+    multiples: Sequence[float] = (1, 2),
     n_windows: int = 4,
     method: str = "fft",
     train_len: int | None = None,
-    bca: Sequence[float] = (),
+    bca_multiples: Sequence[float] = (),
     progress: bool = False,
 ) -> list[dict]:
     """Records (:func:`attnres_helpers.store.records`) of a pretrained causal LM at ``k × L`` for k in
-    ``lengths`` (L = ``train_len``, or the context in its config), with BCA at the multiples in ``bca``.
+    ``multiples`` (L = ``train_len``, or the context in its config), with BCA at ``bca_multiples``.
     Every argument is checked before the model is loaded or anything is measured."""
     from ..store import records
 
-    L, Ts, bca_Ts = _planned(name_or_path, lengths, bca, n_windows, method, train_len)
+    L, Ts, bca_Ts = _planned(name_or_path, multiples, bca_multiples, n_windows, method, train_len)
     model = load_pretrained(name_or_path)
     ids = held_out_ids(model)
     check_lengths(len(ids), Ts, n_windows)
@@ -292,17 +292,22 @@ def measure_pretrained(
 
 
 def _planned(
-    name_or_path, lengths: Sequence[float], bca: Sequence[float], n_windows: int, method: str, train_len: int | None
+    name_or_path,
+    multiples: Sequence[float],
+    bca_multiples: Sequence[float],
+    n_windows: int,
+    method: str,
+    train_len: int | None,
 ) -> tuple[int, list[int], list[int]]:
     """(L, lengths, BCA lengths) in tokens, every argument checked and L read from the config (no weight
     read): a length named twice (``1,1``, or ``1,1.001`` at a small L) is refused here, not after the work."""
     _check_choice("method", method, METHODS)
-    for name, values in (("lengths", lengths), ("bca", bca)):
+    for name, values in (("lengths", multiples), ("bca", bca_multiples)):
         if not all(
             isinstance(k, (int, float)) and not isinstance(k, bool) and math.isfinite(k) and 0 < k <= 64 for k in values
         ):
             raise ValueError(f"{name} must be multiples of L in (0, 64], got {list(values)!r}")
-    if not lengths:
+    if not multiples:
         raise ValueError("no lengths to measure")
     if train_len is not None and (isinstance(train_len, bool) or not isinstance(train_len, int) or train_len < 2):
         raise ValueError(f"train_len must be an integer >= 2, got {train_len!r}")
@@ -310,7 +315,7 @@ def _planned(
         raise ValueError(f"n_windows must be a positive integer, got {n_windows!r}")
     L = train_len or _context_length(load_config(name_or_path))
     tokens = {}
-    for name, values in (("lengths", lengths), ("BCA lengths", bca)):
+    for name, values in (("lengths", multiples), ("BCA lengths", bca_multiples)):
         tokens[name] = [int(k * L) for k in values]
         for i, T in enumerate(tokens[name]):
             if T in tokens[name][:i]:
@@ -424,8 +429,8 @@ def _kept_runs(store: Path, runs: Sequence[str]) -> tuple[list[Profile], dict, d
 def measure_pretrained_store(
     name_or_path: str | Path,
     store: Path,
-    lengths: Sequence[float],
-    bca: Sequence[float] = (),
+    multiples: Sequence[float],
+    bca_multiples: Sequence[float] = (),
     n_windows: int = 8,
     method: str = "fft",
     train_len: int | None = None,
@@ -457,7 +462,7 @@ def measure_pretrained_store(
     else:
         folder = local_folder(Path(str(name_or_path)))
     store = _check_store_path(store, folder, work)
-    L, Ts, bca_Ts = _planned(folder, lengths, bca, n_windows, method, train_len)
+    L, Ts, bca_Ts = _planned(folder, multiples, bca_multiples, n_windows, method, train_len)
     name = entry.name if entry is not None else folder.name
     runs = bos_runs(name, bos, load_tokenizer(folder).bos_token_id if bos != "none" else None)
     for run, _ in runs:
@@ -486,8 +491,8 @@ def measure_pretrained_store(
             profiles += got
             window_values.update(values)
         command = (
-            f"{MEASURE_HF} --model {name_or_path} --train-len {L} --lengths {','.join(f'{k:g}' for k in lengths)}"
-            + (f" --bca {','.join(f'{k:g}' for k in bca)}" if bca else "")
+            f"{MEASURE_HF} --model {name_or_path} --train-len {L} --lengths {','.join(f'{k:g}' for k in multiples)}"
+            + (f" --bca {','.join(f'{k:g}' for k in bca_multiples)}" if bca_multiples else "")
             + f" --windows {n_windows} --method {method} --store {store} --per-head-up-to {per_head_up_to} --bos {bos}"
         )
         about = {

@@ -118,7 +118,7 @@ def trained_catalogue(store_path: str | Path | None = None) -> dict:
     }
 
 
-def _check_choice(value, options, what: str):
+def _one_of(value, options, what: str):
     if isinstance(value, bool) or value not in options:
         raise ValueError(f"{what} must be one of {list(options)}, got {value!r}")
     return value
@@ -132,7 +132,7 @@ def _choose_setting(catalogue: dict, encoding: str, setting) -> str:
                 f"this store holds {len(settings)} settings of {encoding}: choose one with setting=, one of {settings}"
             )
         return settings[0]
-    return _check_choice(setting, settings, f"setting (for {encoding})")
+    return _one_of(setting, settings, f"setting (for {encoding})")
 
 
 def _head_profile(profile, head):
@@ -145,7 +145,7 @@ def _head_profile(profile, head):
     )
 
 
-def _layer_resolutions(catalogue: dict, profile, head) -> dict:
+def _cached_resolutions(catalogue: dict, profile, head) -> dict:
     """``{(head_mode, boundary, sink): per-layer R or None}`` from the store's query, cached per profile and head."""
     key = ("R", profile.key, head)
     if key not in catalogue["cache"]:
@@ -231,12 +231,12 @@ def trained_state(
     (``"mean"``: the mean of the per-layer R, as in Table 3). For one head, R is that head's R
     under both conventions (there is nothing to average).
     """
-    encoding = _check_choice(encoding, catalogue["encodings"], "encoding")
+    encoding = _one_of(encoding, catalogue["encodings"], "encoding")
     setting = _choose_setting(catalogue, encoding, setting)
-    seed = _check_choice(seed, catalogue["seeds"][setting], f"seed (for {setting})")
-    layer = _check_choice(layer, ["mean", *range(catalogue["layers"])], "layer")
-    head = _check_choice(head, ["mean", *range(catalogue["heads"])], "head")
-    eval_multiple = _check_choice(
+    seed = _one_of(seed, catalogue["seeds"][setting], f"seed (for {setting})")
+    layer = _one_of(layer, ["mean", *range(catalogue["layers"])], "layer")
+    head = _one_of(head, ["mean", *range(catalogue["heads"])], "head")
+    eval_multiple = _one_of(
         eval_multiple, catalogue["eval_multiples"], "eval_multiple (eval length in units of L)"
     )
     if not isinstance(bca, bool):
@@ -250,7 +250,7 @@ def trained_state(
             f"{eval_multiple * L}, {'BCA' if bca else 'causal'}" + (f" ({reason})" if reason else "")
         )
     profile = catalogue["index"][key]
-    per_layer = _layer_resolutions(catalogue, profile, head)
+    per_layer = _cached_resolutions(catalogue, profile, head)
 
     def pick(values: torch.Tensor | None) -> float | None:
         if values is None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -219,9 +220,31 @@ def bootstrap_mean(
     return Estimate(float(values.mean()), *percentile_interval(boot, confidence_level, "the mean"))
 
 
+class ConfidenceInterval(NamedTuple):
+    """A percentile interval, as scipy.stats names it (``low``, ``high``); unpacks as a pair."""
+
+    low: float
+    high: float
+
+
+class BootstrapResult(NamedTuple):
+    """Spearman's ρ with its cluster-bootstrap interval (scipy-style names); unpacks as (rho, low, high)."""
+
+    statistic: float
+    low: float
+    high: float
+
+
+class PermutationResult(NamedTuple):
+    """Spearman's ρ with its permutation p-value, as scipy.stats.permutation_test names them; unpacks as a pair."""
+
+    statistic: float
+    pvalue: float
+
+
 def percentile_interval(
     replicates: ArrayLike, confidence_level: float = 0.95, what: str = "Spearman's ρ"
-) -> tuple[float, float]:
+) -> ConfidenceInterval:
     """The 100·(1 − c)/2 and 100·(1 + c)/2 percentiles of the defined (non-NaN) replicates; a
     ValueError if more than half are undefined."""
     replicates = np.asarray(replicates, dtype=np.float64)
@@ -232,7 +255,7 @@ def percentile_interval(
             f"is constant, so {what} is undefined in more than half of them; too few clusters vary"
         )
     low, high = np.percentile(kept, [50 * (1 - confidence_level), 50 * (1 + confidence_level)])
-    return float(low), float(high)
+    return ConfidenceInterval(float(low), float(high))
 
 
 def spearman_cluster_bootstrap(
@@ -242,9 +265,9 @@ def spearman_cluster_bootstrap(
     n_resamples: int = 10000,
     confidence_level: float = 0.95,
     rng: int | np.random.Generator | None = 0,
-) -> tuple[float, float, float]:
+) -> BootstrapResult:
     """Spearman's ρ of x and y (:func:`spearman`) and a cluster-bootstrap percentile interval:
-    ``(rho, low, high)``.
+    ``BootstrapResult(statistic, low, high)``, which unpacks as ``(rho, low, high)``.
 
     Resamples as :func:`cluster_bootstrap_spearmans` (ties at average ranks); resamples where ρ_b is
     undefined (x or y constant) are dropped, and a ValueError is raised if more than half are.
@@ -255,7 +278,7 @@ def spearman_cluster_bootstrap(
     _check_resampling(n_resamples, rng, confidence_level)
     rho = spearman(x, y)
     rhos = cluster_bootstrap_spearmans([x], y, clusters, n_resamples, rng)[:, 0]
-    return (rho, *percentile_interval(rhos, confidence_level))
+    return BootstrapResult(rho, *percentile_interval(rhos, confidence_level))
 
 
 def spearman_permutation_test(
@@ -264,8 +287,11 @@ def spearman_permutation_test(
     n_resamples: int = 10000,
     rng: int | np.random.Generator | None = 0,
     strata: ArrayLike | None = None,
-) -> tuple[float, float]:
-    """Spearman's ρ of x and y and a two-sided permutation p-value: ``(rho, p_value)``.
+) -> PermutationResult:
+    """Spearman's ρ of x and y and a two-sided permutation p-value: ``PermutationResult(statistic, pvalue)``,
+    which unpacks as ``(rho, p_value)``. Without ``strata`` it is scipy.stats.permutation_test(...,
+    permutation_type="pairings") with Spearman's ρ as the statistic (tests/test_stats.py checks they agree);
+    the strata are what scipy lacks.
 
     Each of the ``n_resamples`` resamples permutes y (independently of x) and computes ρ_b; with
     ``strata`` (one label per point), y is permuted only within each stratum (e.g. within mask
@@ -291,7 +317,7 @@ def spearman_permutation_test(
             permuted[:, members] = generator.permuted(np.broadcast_to(ry[members], (b, len(members))), axis=1)
         rhos = permuted @ rx / norm  # (b,)
         extreme += int((np.abs(rhos) >= threshold).sum())
-    return rho, (1 + extreme) / (n_resamples + 1)
+    return PermutationResult(rho, (1 + extreme) / (n_resamples + 1))
 
 
 def _strata(labels, n: int) -> list[np.ndarray]:

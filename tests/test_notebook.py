@@ -63,3 +63,19 @@ def test_every_solution_cell_is_folded_and_hides_nothing_by_cell_flags():
                 if "with folded_answer(" not in cell.source or not jupyter.get("source_hidden"):
                     problems.append(f"{path.name} cell {i}: a solution not folded, or its source shown")
     assert solutions >= 20 and problems == [], problems
+
+
+def test_no_code_cell_is_longer_than_twenty_lines():
+    """Notebooks are thin: prose, a few calls, figures; logic that needs more lives in the package."""
+    from pathlib import Path
+
+    import nbformat
+
+    root = Path(__file__).resolve().parents[1]
+    long = [
+        f"{path.name} cell {i}: {len(cell.source.splitlines())} lines"
+        for path in sorted(root.glob("notebooks/*.ipynb"))
+        for i, cell in enumerate(nbformat.read(path, 4).cells)
+        if cell.cell_type == "code" and len(cell.source.splitlines()) > 20
+    ]
+    assert long == [], long

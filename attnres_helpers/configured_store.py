@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from .files import save_safetensors
+from .files import exclusive, save_safetensors
 from .passkey import KEY_DIGITS, KINDS
 from .store import Profile
 
@@ -139,7 +139,8 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
         "nll_block": NLL_BLOCK,
         "command": "python -m attnres_helpers configurations",
     }
-    save_safetensors(store, tensors, {HEADER_KEY: json.dumps(about, allow_nan=False)})
+    with exclusive(store):  # every store is written under its lock
+        save_safetensors(store, tensors, {HEADER_KEY: json.dumps(about, allow_nan=False)})
     return store
 
 

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from ..checkpoints import load_checkpoint
 from ..data import load_splits
-from ..files import save_safetensors, sha256_file
+from ..files import exclusive, save_safetensors, sha256_file
 from ..paths import STORES
 from ..probe import copy_curve, copy_probes, gaps_for
 from .specs import Dataset, default_dataset
@@ -29,8 +29,13 @@ COPY_CONTROL_COMMAND = "python -m attnres_helpers copy-control"
 
 
 def measure_copy_control(dataset: Dataset | None = None, out: Path = COPY_CONTROL_STORE, progress: bool = True) -> Path:
-    """Both NLLs of the scrambled control for every run of ``dataset`` (default: notebook 03's), into ``out``."""
-    dataset = dataset or default_dataset()
+    """Both NLLs of the scrambled control for every run of ``dataset`` (default: notebook 03's), into ``out``,
+    holding its lock (:func:`files.exclusive`) from the start, so a second command on it is refused at once."""
+    with exclusive(Path(out)):
+        return _measure_copy_control(dataset or default_dataset(), Path(out), progress)
+
+
+def _measure_copy_control(dataset: Dataset, out: Path, progress: bool) -> Path:
     _, val_tokens = load_splits()
     tensors, runs = {}, {}
     for spec in tqdm(dataset.specs, desc="copy control", disable=not progress):

@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data import eval_windows
-from ..files import save_safetensors
+from ..files import exclusive, save_safetensors
 from .attention import capture, layer_scores
 
 ARRANGEMENTS = {
@@ -95,9 +95,11 @@ def measure_sinks(
 
 
 def save_sinks(path: Path, results: dict[str, dict[str, torch.Tensor]], about: dict) -> Path:
-    """``results`` by model then arrangement, as ``<model>/<arrangement>`` (windows, layers, 2) float32."""
+    """``results`` by model then arrangement, as ``<model>/<arrangement>`` (windows, layers, 2) float32, written
+    under the store's lock (:func:`files.exclusive`)."""
     tensors = {f"{m}/{a}": t.float().contiguous() for m, by in results.items() for a, t in by.items()}
-    save_safetensors(Path(path), tensors, metadata={HEADER_KEY: json.dumps(about, allow_nan=False)})
+    with exclusive(Path(path)):
+        save_safetensors(Path(path), tensors, metadata={HEADER_KEY: json.dumps(about, allow_nan=False)})
     return Path(path)
 
 

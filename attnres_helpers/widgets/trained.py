@@ -236,9 +236,7 @@ def trained_state(
     seed = _one_of(seed, catalogue["seeds"][setting], f"seed (for {setting})")
     layer = _one_of(layer, ["mean", *range(catalogue["layers"])], "layer")
     head = _one_of(head, ["mean", *range(catalogue["heads"])], "head")
-    eval_multiple = _one_of(
-        eval_multiple, catalogue["eval_multiples"], "eval_multiple (eval length in units of L)"
-    )
+    eval_multiple = _one_of(eval_multiple, catalogue["eval_multiples"], "eval_multiple (eval length in units of L)")
     if not isinstance(bca, bool):
         raise ValueError(f"bca must be True or False, got {bca!r}")
     L = catalogue["train_len"]

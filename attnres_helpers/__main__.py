@@ -121,7 +121,7 @@ def cmd_family_v2(args: argparse.Namespace) -> None:
     """Train and measure the v2 family of notebook 05 (plan v2) into data/results/family_v2.safetensors;
     with --distributed, under ``torchrun --nproc-per-node N``, each process takes its share of the runs."""
     from .experiments import run_family_v2
-    from .experiments.runner import distributed_rank
+    from .experiments.distributed import distributed_rank
 
     under_torchrun = distributed_rank() is not None
     if args.distributed and not under_torchrun:

@@ -37,7 +37,7 @@ from helpers import (
 from attnres_helpers import experiments, files
 from attnres_helpers.__main__ import main as cli_main
 from attnres_helpers.checkpoints import RETRAIN, load_checkpoint, seal_root
-from attnres_helpers.experiments import runner
+from attnres_helpers.experiments import distributed, runner
 from attnres_helpers.experiments.specs import Dataset
 from attnres_helpers.store import average_heads, load_curves, load_profiles, save_profiles
 
@@ -416,7 +416,7 @@ def test_a_rerun_under_torchrun_merges_what_a_stopped_one_left_and_runs_the_rest
     for spec in ds.specs:
         shutil.copytree(next(s for s in family.specs if s.name == spec.name).out_dir, spec.out_dir)
     rope = [p for p in load_profiles(family.store)[0] if p.run == "rope-s0"]
-    save_profiles(runner.part_path(ds.store, 1, 2), rope, ds.about)
+    save_profiles(distributed.part_path(ds.store, 1, 2), rope, ds.about)
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
@@ -431,7 +431,7 @@ def test_a_rerun_under_torchrun_merges_what_a_stopped_one_left_and_runs_the_rest
     monkeypatch.setattr(runner, "_die_with_parent", lambda parent: None)  # not for the test process itself
     ran, real = [], runner.train_and_measure
     monkeypatch.setattr(runner, "train_and_measure", lambda spec, *a, **k: ran.append(spec.name) or real(spec, *a, **k))
-    kept = runner.run_datasets_distributed([ds], progress=False)[ds.store]
+    kept = distributed.run_datasets_distributed([ds], progress=False)[ds.store]
     assert ran == ["alibi-s1"] and {p.run for p in kept} == {"rope-s0", "alibi-s1"}
     assert_same_tensors(ds.store, family.store)
     assert sorted(p.name for p in ds.store.parent.iterdir() if p.suffix != ".lock") == ["family.safetensors"]
@@ -442,9 +442,10 @@ def test_parts_a_stopped_distributed_run_left_are_merged_at_the_next_start(famil
     ds.store.parent.mkdir(parents=True)
     profiles = load_profiles(family.store)[0]
     save_profiles(ds.store, [p for p in profiles if p.run == "rope-s0"], ds.about)
-    save_profiles(runner.part_path(ds.store, 1, 2), [p for p in profiles if p.run == "alibi-s1"], ds.about)
-    save_profiles(runner.part_path(ds.store, 0, 3), [p for p in profiles if p.run == "alibi-s1"], ds.about)  # twice
-    kept = runner._merge_parts([ds])[ds.store]
+    alibi = [p for p in profiles if p.run == "alibi-s1"]
+    save_profiles(distributed.part_path(ds.store, 1, 2), alibi, ds.about)
+    save_profiles(distributed.part_path(ds.store, 0, 3), alibi, ds.about)  # twice
+    kept = distributed._merge_parts([ds])[ds.store]
     assert sorted(p.key for p in kept) == sorted(p.key for p in profiles)
     assert_same_tensors(ds.store, family.store)
     assert sorted(p.name for p in ds.store.parent.iterdir() if p.suffix != ".lock") == ["family.safetensors"]
@@ -457,8 +458,8 @@ def test_merged_int16_parts_are_returned_as_the_store_holds_them(family, tmp_pat
     ds.store.parent.mkdir(parents=True)
     profiles = average_heads(load_profiles(family.store)[0])
     save_profiles(ds.store, [p for p in profiles if p.run == "rope-s0"], ds.about, torch.int16)
-    save_profiles(runner.part_path(ds.store, 1, 2), [p for p in profiles if p.run == "alibi-s1"], ds.about)
-    kept = {p.key: p for p in runner._merge_parts([ds])[ds.store]}
+    save_profiles(distributed.part_path(ds.store, 1, 2), [p for p in profiles if p.run == "alibi-s1"], ds.about)
+    kept = {p.key: p for p in distributed._merge_parts([ds])[ds.store]}
     stored = {p.key: p for p in load_profiles(ds.store)[0]}
     assert kept.keys() == stored.keys() == {p.key for p in profiles}
     for key, p in stored.items():

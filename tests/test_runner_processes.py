@@ -192,7 +192,7 @@ DISTRIBUTED_DRIVER = (
     DRIVER_PRELUDE
     + """import os
 from pathlib import Path
-from attnres_helpers.experiments import runner
+from attnres_helpers.experiments import distributed, runner
 real = runner.train_and_measure
 log = Path(sys.argv[2]) / f"rank-{os.environ['RANK']}.txt"
 def logged(spec, *args, **kwargs):
@@ -200,7 +200,7 @@ def logged(spec, *args, **kwargs):
         f.write(spec.name + "\\n")
     return real(spec, *args, **kwargs)
 runner.train_and_measure = logged
-runner.run_datasets_distributed([t.family_dataset(Path(sys.argv[2]))], progress=False)
+distributed.run_datasets_distributed([t.family_dataset(Path(sys.argv[2]))], progress=False)
 """
 )
 

@@ -16,7 +16,7 @@ parent rewrites the dataset's store after every finished run, atomically, holdin
   so a second command on the same store is refused at once; every input is checked before any work.
 - **Seals.** A root (``Dataset.sums``) is sealed only over runs that match their own SHA256SUMS
   (:func:`checkpoints.seal_root`); a finished run whose seal is missing or wrong is refused, never re-sealed.
-- **Across processes, under torchrun** (:func:`run_datasets_distributed`; the CLI's
+- **Across processes, under torchrun** (:mod:`.distributed`'s :func:`run_datasets_distributed`; the CLI's
   ``torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed``), off the default path: the
   N ranks join one gloo group, rank r trains and measures its share ``todo[r::N]`` of the runs (one torch
   thread on a CPU, ``cuda:<local rank>`` on GPUs) and rewrites its own part-store beside the store after
@@ -38,7 +38,6 @@ import time
 from collections.abc import Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import ExitStack, closing, contextmanager
-from datetime import timedelta
 from functools import partial
 from pathlib import Path
 
@@ -347,144 +346,6 @@ def train_specs(specs: list[RunSpec], device: str = "cpu", jobs: int = 2, progre
             pass
 
 
-# ------------------------------------------------------------------------------------------ torchrun
-
-
-def distributed_rank() -> tuple[int, int, int] | None:
-    """(rank, world size, local rank) when this process was started by torchrun (RANK and WORLD_SIZE in
-    its environment), else None."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    try:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local = int(os.environ.get("LOCAL_RANK", rank))
-    except ValueError:
-        raise ValueError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (as torchrun sets them)") from None
-    if not 0 <= rank < world:
-        raise ValueError(f"RANK must be in [0, WORLD_SIZE), got RANK={rank}, WORLD_SIZE={world}")
-    return rank, world, local
-
-
-def part_path(store: Path, rank: int, world: int) -> Path:
-    """Where rank ``rank`` of ``world`` keeps its part of ``store`` until rank 0 merges it."""
-    store = Path(store)
-    return store.with_name(f"{store.stem}.part{rank}of{world}{store.suffix}")
-
-
-def _parts(store: Path) -> list[Path]:
-    store = Path(store)
-    return sorted(store.parent.glob(f"{store.stem}.part*of*{store.suffix}"))
-
-
-def _merge_parts(datasets: list[Dataset], written: set | None = None) -> dict[Path, list[Profile]]:
-    """Rank 0, holding every store's lock: each store rewritten with every part of it (a part's runs that
-    its dataset asks for as they are replace the store's), then the parts deleted; ``written`` gains the
-    stores rewritten."""
-    kept = {}
-    for ds in datasets:
-        profiles, curves, _ = _load(ds.store)
-        parts = _parts(ds.store)
-        for part in parts:
-            more, more_curves, about = _load(part)
-            current = ds.current(more, more_curves, about)
-            more_curves = {key: c for key, c in more_curves.items() if key[0] in current}
-            new = as_stored([p for p in more if p.run in current], ds.dtype)
-            profiles, curves = _replace(profiles, curves, new, more_curves)
-        if parts:
-            save_profiles(ds.store, profiles, ds.about, ds.dtype, curves)
-            for part in parts:
-                part.unlink()
-            if written is not None:
-                written.add(ds.store)
-        kept[ds.store] = profiles
-    return kept
-
-
-def run_datasets_distributed(
-    datasets: list[Dataset], device: str = "cpu", progress: bool = True, finished_only: bool = False
-) -> dict[Path, list[Profile]] | None:
-    """:func:`run_datasets` across the processes of ``torchrun --nproc-per-node N`` (gloo, CPU or GPU).
-
-    Every rank plans the same runs from the stores; rank r trains and measures ``todo[r::N]`` in its own
-    process (one torch thread on a CPU, ``cuda:<local rank>`` on GPUs), rewriting its part-store
-    (:func:`part_path`, float32, under its own lock) after each run; once every rank is done (a gloo
-    barrier), rank 0 alone writes each store, merging the parts into it, and deletes them. Parts left by a
-    stopped run are merged by rank 0 at the next start, so a rerun continues where it stopped. A rank
-    that fails is stopped by torchrun with the others. Returns the stores' profiles on rank 0, None on
-    the others."""
-    env = distributed_rank()
-    if env is None:
-        raise RuntimeError(
-            "run_datasets_distributed runs under torchrun (RANK and WORLD_SIZE unset); start it "
-            "with `torchrun --nproc-per-node N -m attnres_helpers ... --distributed`"
-        )
-    rank, world, local = env
-    _die_with_parent(os.getppid())  # each rank dies with torchrun's agent, as pool workers die with their parent
-    _check_inputs(datasets, _rank_device(device, local))
-    with _process_group(), ExitStack() as held:
-        if rank == 0:  # rank 0 holds every store's lock from the first merge to the last: the one writer
-            held.enter_context(_locks([Path(ds.store) for ds in datasets]))
-        return _distributed(datasets, device, progress, finished_only, env)
-
-
-def _distributed(datasets: list[Dataset], device: str, progress: bool, finished_only: bool, env: tuple) -> dict | None:
-    """:func:`run_datasets_distributed`'s work, in its process group, rank 0 holding every store's lock."""
-    import torch.distributed as dist
-
-    rank, world, local = env
-    stores = [Path(ds.store) for ds in datasets]
-    device = _rank_device(device, local)
-    if not str(device).startswith("cuda"):
-        torch.set_num_threads(1)
-    written: set = set()
-    if rank == 0:
-        _merge_parts(datasets, written)  # what a stopped run left
-    dist.barrier()
-    # the same plan on every rank: rank 0 has merged, nobody writes; rank 0 alone says what it keeps
-    _, _, todo, _ = _plan(datasets, finished_only, say=rank == 0)
-    mine = todo[rank::world]
-    parts = {ds.store: part_path(ds.store, rank, world) for ds in datasets}
-    done: dict[Path, list[Profile]] = {store: [] for store in stores}
-    curves: dict[Path, dict] = {store: {} for store in stores}
-    with _locks(sorted({parts[ds.store] for ds, _ in mine})):
-        for ds, spec in tqdm(mine, desc=f"runs (rank {rank})", disable=not progress or rank != 0):
-            profiles, run_curves = train_and_measure(spec, device, threads=torch.get_num_threads())
-            done[ds.store] += average_heads(profiles) if ds.average_heads else profiles
-            curves[ds.store].update(run_curves)
-            save_profiles(parts[ds.store], done[ds.store], ds.about, torch.float32, curves[ds.store])
-    dist.barrier()
-    kept = None
-    if rank == 0:
-        kept = _merge_parts(datasets, written)
-        _seal_roots(datasets)
-        _report(stores, kept, written, set())
-    dist.barrier()
-    return kept
-
-
-def _rank_device(device: str, local: int) -> str:
-    """``cuda`` becomes this rank's GPU (``cuda:<local rank>``); anything else is kept."""
-    return f"cuda:{local}" if str(device) == "cuda" else device
-
-
-BARRIER_TIMEOUT = timedelta(days=7)  # a rank that finishes its share early waits at the barrier for the slowest
-
-
-@contextmanager
-def _process_group():
-    """torch.distributed's gloo group from torchrun's environment, for the block (if none is open yet)."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        yield
-        return
-    dist.init_process_group("gloo", timeout=BARRIER_TIMEOUT)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 # ------------------------------------------------------------------------------------------ datasets
 
 
@@ -586,7 +447,9 @@ def run_family_v2(
     if distributed:
         if drop:
             raise ValueError("--drop is for a plain run: drop the runs first without --distributed")
-        return _run_family_v2_distributed(dataset, first, device, progress, measure_only, runs_root)
+        from .distributed import run_family_v2_distributed
+
+        return run_family_v2_distributed(dataset, first, device, progress, measure_only, runs_root)
     _check_inputs([dataset], device)
     with files.exclusive(store):  # the whole command: a second one on this store is refused at once
         plan = _plan([dataset], measure_only, drop)
@@ -594,32 +457,6 @@ def run_family_v2(
             train_specs(first, device, jobs, progress)
             reuse_shipped(runs_root)
         return _execute([dataset], plan, device, jobs, progress)[store]
-
-
-def _run_family_v2_distributed(
-    dataset: Dataset, first: list[RunSpec], device: str, progress: bool, measure_only: bool, runs_root: Path
-) -> list[Profile] | None:
-    import torch.distributed as dist
-
-    env = distributed_rank()
-    if env is None:
-        raise RuntimeError(
-            "--distributed runs under torchrun (RANK and WORLD_SIZE unset); start it with "
-            "`torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed`"
-        )
-    rank, world, local = env
-    _check_inputs([dataset], _rank_device(device, local))
-    with _process_group(), ExitStack() as held:
-        if rank == 0:  # the store's lock from the first training step to the last write
-            held.enter_context(files.exclusive(dataset.store))
-        for spec in first[rank::world]:
-            train_only(spec, _rank_device(device, local), threads=1)
-        dist.barrier()
-        if rank == 0 and not measure_only:
-            reuse_shipped(runs_root)
-        dist.barrier()
-        kept = _distributed([dataset], device, progress, measure_only, env)
-    return None if kept is None else kept[dataset.store]
 
 
 def load_results(path: Path = STORE, boundary: str = "zero") -> list[dict]:

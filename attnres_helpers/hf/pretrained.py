@@ -277,18 +277,24 @@ def measure_pretrained(
     from ..store import records
 
     L, Ts, bca_Ts = _planned(name_or_path, multiples, bca_multiples, n_windows, method, train_len)
-    model = load_pretrained(name_or_path)
+    model, ids, meta = _loaded(name_or_path, str(name_or_path), L, Ts, n_windows)
+    run = Path(str(name_or_path)).name or str(name_or_path).replace("/", "--")
+    return records(measure_store(model, run, meta, Ts, bca_Ts, n_windows, None, method, progress, ids)[0])
+
+
+def _loaded(folder, name: str, L: int, Ts: Sequence[int], n_windows: int) -> tuple:
+    """(model, held-out ids, the run's metadata) of a model folder, once its text holds every length's windows."""
+    model = load_pretrained(folder)
     ids = held_out_ids(model)
     check_lengths(len(ids), Ts, n_windows)
     meta = {
         "encoding": encoding_of(model.config),
         "train_len": L,
         "seed": 0,
-        "model": str(name_or_path),
+        "model": name,
         "architecture": model.config.model_type,
     }
-    run = Path(str(name_or_path)).name or str(name_or_path).replace("/", "--")
-    return records(measure_store(model, run, meta, Ts, bca_Ts, n_windows, None, method, progress, ids)[0])
+    return model, ids, meta
 
 
 def _planned(
@@ -470,18 +476,8 @@ def measure_pretrained_store(
             raise ValueError(f"work file {work_file(store, run, work)} is the store itself; give another --work")
     with exclusive(store):
         kept, window_values, commands, replaced = _kept_runs(store, [run for run, _ in runs])
-        model = load_pretrained(folder)
-        ids = held_out_ids(model)
-        check_lengths(len(ids), Ts, n_windows)
-        common = {
-            "encoding": encoding_of(model.config),
-            "train_len": L,
-            "seed": 0,
-            "model": name,
-            "architecture": model.config.model_type,
-            "weights": sums_fingerprint(folder),
-            "config": {k: getattr(model.config, k, None) for k in CONFIG_KEYS},
-        }
+        model, ids, common = _loaded(folder, name, L, Ts, n_windows)
+        common.update(weights=sums_fingerprint(folder), config={k: getattr(model.config, k, None) for k in CONFIG_KEYS})
         profiles = []
         for run, bos_id in runs:
             meta = {**common, "bos": "first" if bos_id is not None else "none", "bos_id": bos_id}

@@ -37,8 +37,11 @@ def data_path(*parts: str) -> Path:
     return DATA.joinpath(*parts)
 
 
-CHECKPOINTS = DATA / "checkpoints"
-HF_CHECKPOINTS = DATA / "hf_checkpoints"
+CHECKPOINTS = DATA / "checkpoints"  # the fifteen shipped models (reproduce)
+HF_CHECKPOINTS = DATA / "hf_checkpoints"  # seed 0 of the HF Llama and BLOOM (hf-train)
+FAMILY_RUNS = RUNS / "family"  # plan v1's family, trained here (git-ignored)
+FAMILY_V2_RUNS = RUNS / "family_v2"  # plan v2's family, trained here (git-ignored)
+HF_RUNS = RUNS / "hf"  # the HF architectures, trained here (git-ignored)
 RESULTS = DATA / "results"
 REPRODUCE_COMMAND = "python -m attnres_helpers reproduce"
 HF_COMMAND = "python -m attnres_helpers hf-train"
@@ -67,9 +70,9 @@ CONFIGURATIONS_PLAN = RESULTS / "configurations_plan_v3.md"
 # Each folder of trained runs: the command that makes it, and the store its measurements go to.
 RUN_FOLDERS = {
     HF_CHECKPOINTS: (HF_COMMAND, STORES["hf"]),
-    RUNS / "hf": (HF_COMMAND, STORES["hf"]),
-    RUNS / "family_v2": (FAMILY_V2_COMMAND, STORES["family_v2"]),
-    RUNS / "family": (FAMILY_COMMAND, STORES["family"]),
+    HF_RUNS: (HF_COMMAND, STORES["hf"]),
+    FAMILY_V2_RUNS: (FAMILY_V2_COMMAND, STORES["family_v2"]),
+    FAMILY_RUNS: (FAMILY_COMMAND, STORES["family"]),
     CHECKPOINTS: (REPRODUCE_COMMAND, STORES["default"]),
 }
 

@@ -42,3 +42,20 @@ def test_the_pretrained_registry_names_its_stores_in_stores():
     from attnres_helpers.hf.models import PRETRAINED_MODELS
 
     assert all(m.store_path == STORES[m.store] and Path(m.store_path).is_file() for m in PRETRAINED_MODELS.values())
+
+
+def test_notebooks_take_every_path_from_paths():
+    """A notebook reaches a repository path through attnres_helpers.paths, never through a re-export of it."""
+    import re
+
+    from attnres_helpers import paths
+
+    path_names = {name for name, value in vars(paths).items() if isinstance(value, Path) and name.isupper()}
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in nbformat.read(path, 4).cells:
+            if cell.cell_type == "code":
+                for module, name in re.findall(r"\b(experiments|specs|runner)\.([A-Z_0-9]+)\b", cell.source):
+                    if name in path_names:
+                        found.append(f"{path.name}: {module}.{name}")
+    assert found == [], found

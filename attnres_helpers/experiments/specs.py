@@ -20,7 +20,17 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..model import ModelConfig, preset
-from ..paths import CHECKPOINTS, FAMILY_COMMAND, FAMILY_V2_COMMAND, HF_COMMAND, REPRODUCE_COMMAND, RUNS, STORES
+from ..paths import (
+    CHECKPOINTS,
+    FAMILY_COMMAND,
+    FAMILY_RUNS,
+    FAMILY_V2_COMMAND,
+    FAMILY_V2_RUNS,
+    HF_COMMAND,
+    HF_RUNS,
+    REPRODUCE_COMMAND,
+    STORES,
+)
 from ..train import training_settings
 
 if TYPE_CHECKING:
@@ -177,7 +187,6 @@ FAMILY = {
     "nope": ("nope", {}),
 }
 FAMILY_TRAINING = {**TRAINING, "steps": 400, "warmup": 40}
-FAMILY_RUNS = RUNS / "family"
 FAMILY_STORE = STORES["family"]
 
 
@@ -226,7 +235,6 @@ def family_dataset(
 # (SHIPPED_AS): their retrained seed 0 is compared with the shipped checkpoint byte for byte
 # (runner.reuse_shipped), and only where equal are seeds 1 and 2 taken from data/checkpoints/.
 FAMILY_V2 = {**FAMILY, "t5 bias": ("t5", {}), "kerple log": ("kerple", {})}
-FAMILY_V2_RUNS = RUNS / "family_v2"
 FAMILY_V2_STORE = STORES["family_v2"]
 SHIPPED_AS = {
     "rope base 10000": "rope",
@@ -282,7 +290,6 @@ def family_v2_dataset(
 # (FAMILY_TRAINING), so that they sit beside its "rope base 10000" and "alibi slopes x1". Seed 0 of Llama
 # and BLOOM is shipped in HF_CHECKPOINTS (with its own SHA256SUMS); every run's ŝ and NLL are in HF_STORE.
 HF_STORE = STORES["hf"]
-HF_RUNS = RUNS / "hf"
 HF_SHIPPED = ("hf-llama-s0", "hf-bloom-s0")
 HF_TRAINED = ("llama", "bloom", "gpt2")
 

@@ -2,7 +2,7 @@
 of tiny training and measuring settings, the tiny family of two runs, the tiny Llama, the runner's pool in
 this process, and the small checks and file edits that several test files share.
 
-Imported as ``helpers`` (pytest puts ``tests/`` on ``sys.path``); a driver process imports it the same way
+Imported as ``helpers`` (pytest puts ``tests/`` on ``sys.path``); a driver process loads it from its file
 (:data:`DRIVER_PRELUDE`).
 """
 
@@ -31,8 +31,14 @@ TINY_TRAINING = {"steps": 20, "batch_tokens": 128, "lr": 3e-3, "warmup": 2}
 TINY_MEASURE = {"multiples": (1, 2), "n_windows": 2}
 BOUND_S = 240  # every wait on another process is a bounded loop; this is its limit (a loaded 2-core machine is slow)
 
-# A driver process's first lines (argv[1] is this folder): these helpers, imported as ``t``.
-DRIVER_PRELUDE = "import sys\nsys.path.insert(0, sys.argv[1])\nimport helpers as t\n"
+# A driver process's first lines (argv[1] is this folder): these helpers, loaded from their file as ``t``
+# (the package is installed; nothing is put on sys.path).
+DRIVER_PRELUDE = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('helpers', sys.argv[1] + '/helpers.py')\n"
+    "t = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(t)\n"
+)
 
 
 # ------------------------------------------------------------------------------------------ tiny runs

@@ -29,6 +29,8 @@ TESTS = ROOT / "tests"
 # checkpoint_every and progress), and their measuring settings.
 TINY_TRAINING = {"steps": 20, "batch_tokens": 128, "lr": 3e-3, "warmup": 2}
 TINY_MEASURE = {"multiples": (1, 2), "n_windows": 2}
+# The command line of a tiny training run of 3 steps (add --out and any other option).
+TINY_CLI_TRAIN = ("train", "--preset", "tiny", "--steps", "3", "--batch-tokens", "64", "--warmup", "1", "--quiet")
 BOUND_S = 240  # every wait on another process is a bounded loop; this is its limit (a loaded 2-core machine is slow)
 
 # A driver process's first lines (argv[1] is this folder): these helpers, loaded from their file as ``t``

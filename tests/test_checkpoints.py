@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import copy_run, reseal, rewrite_json
+from helpers import TINY_CLI_TRAIN, copy_run, reseal, rewrite_json
 from safetensors.torch import save_file
 
 import attnres_helpers.train as train_mod
@@ -24,7 +24,6 @@ from attnres_helpers.model import PRESETS, ModelConfig
 
 TINY = PRESETS["tiny"]
 RUN = dict(steps=3, batch_tokens=64, lr=1e-3, warmup=1, seed=0, checkpoint_every=0, progress=False)
-CLI_RUN = ["train", "--preset", "tiny", "--steps", "3", "--batch-tokens", "64", "--warmup", "1", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +72,7 @@ def test_train_refuses_a_finished_run_that_does_not_match_its_seal(finished, tmp
 
 def test_cli_train_on_a_finished_run_without_its_seal_is_one_line(finished, tmp_path, cli):
     run = _unsealed(finished, tmp_path)
-    result = cli(*CLI_RUN, "--out", str(run))
+    result = cli(*TINY_CLI_TRAIN, "--out", str(run))
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == f"error: finished run {run} has no SHA256SUMS: refused, never re-sealed; {RETRAIN}\n"
     assert not (run / "SHA256SUMS").exists()

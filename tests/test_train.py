@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import KillAt, Killed, one_line, read_only, reseal
+from helpers import TINY_CLI_TRAIN, KillAt, Killed, one_line, read_only, reseal
 from safetensors.torch import load_file, save_file
 
 import attnres_helpers.train as train_mod
@@ -486,21 +486,7 @@ def test_written_files_have_the_usual_permissions(finished):
 )
 def test_cli_train_errors_are_one_line(cli, tmp_path, args, message):
     out = tmp_path / "run"
-    result = cli(
-        "train",
-        "--preset",
-        "tiny",
-        "--steps",
-        "3",
-        "--warmup",
-        "1",
-        "--batch-tokens",
-        "64",
-        "--quiet",
-        "--out",
-        str(out),
-        *args,
-    )
+    result = cli(*TINY_CLI_TRAIN, "--out", str(out), *args)
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.splitlines() == [message]
     assert not out.exists()
@@ -582,24 +568,7 @@ def test_train_into_a_read_only_out_fails_before_training_naming_the_target(tmp_
     monkeypatch.setattr(train_mod, "get_batch", lambda *a, **k: steps.append(1) or pytest.fail("a step ran"))
     with read_only(out):
         with pytest.raises(SystemExit) as exit_info:
-            cli_main(
-                [
-                    "train",
-                    "--preset",
-                    "tiny",
-                    "--steps",
-                    "3",
-                    "--warmup",
-                    "1",
-                    "--batch-tokens",
-                    "64",
-                    "--quiet",
-                    "--checkpoint-every",
-                    "0",
-                    "--out",
-                    str(out),
-                ]
-            )
+            cli_main([*TINY_CLI_TRAIN, "--checkpoint-every", "0", "--out", str(out)])
     assert one_line(exit_info) == (
         f"error: cannot write {out / 'model.safetensors'}: the run folder {out} cannot be "
         "written (Operation not permitted); choose another out_dir"

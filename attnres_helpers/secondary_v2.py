@@ -69,12 +69,6 @@ def lookup_baseline(points: list[Point], outcome: str) -> np.ndarray:
     return predicted
 
 
-def lookup_rho(points: list[Point], outcome: str) -> tuple[float, float]:
-    """(ρ of the leave-one-setting-out lookup with the outcome, ρ of the primary predictor with it), same points."""
-    y = analysis.column(points, outcome)
-    return spearman(lookup_baseline(points, outcome), y), spearman(analysis.column(points, analysis.V2_PREDICTOR), y)
-
-
 def rise_qualifiers(result: analysis.V2Result, points: list[Point]) -> list[str]:
     """The sentences a careful reader needs beside the rise verdict, from the numbers: what "beyond the mask"
     means in the plan, the within-family correlations, and the leave-one-setting-out lookup (after the data)."""
@@ -88,7 +82,8 @@ def rise_qualifiers(result: analysis.V2Result, points: list[Point]) -> list[str]
         parts = ", ".join(f"{f} {c.rho:+.2f} [{c.low:+.2f}, {c.high:+.2f}]" for f, c in result.within_family.items())
         signs = {np.sign(c.rho) for c in result.within_family.values()}
         lines.append(f"Within families (BCA off) the signs {'differ' if len(signs) > 1 else 'agree'}: {parts}.")
-    lookup, primary = lookup_rho(points, result.outcome)
+    lookup = spearman(lookup_baseline(points, result.outcome), analysis.column(points, result.outcome))
+    primary = result.primary.rho  # R's ρ over the same points
     lines.append(
         f"Written after the data: a family × mask lookup that never sees the configuration itself (leave one "
         f"setting out) ranks the outcome with |ρ| = {abs(lookup):.2f}, against R's {abs(primary):.2f}"

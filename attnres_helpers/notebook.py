@@ -60,14 +60,12 @@ def folded_answer(summary: str = SUMMARY) -> Iterator[None]:
     from IPython.display import display
     from IPython.utils.capture import capture_output
 
-    finished = False
     try:
         with capture_output(stdout=True, stderr=True, display=True) as captured:
             yield
-        finished = True
-    finally:
-        if not finished:
-            captured.show()
+    except BaseException:
+        captured.show()  # what the block printed before its error, unfolded
+        raise
     rich = tuple(
         o.data.get("text/html") or f"<pre>{escape(o.data.get('text/plain', ''))}</pre>" for o in captured.outputs
     )

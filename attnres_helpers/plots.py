@@ -517,6 +517,8 @@ def pair_figure(records: list[dict], width: float = DISPLAY_WIDTH, row_height: f
     R(2L) with BCA and R(4L) at the seed mean, error bars from the smallest to the largest seed and a dot per
     seed, on a log axis; the paper's R(L) and R(2L) (Table 3, typed in, layer means) as black marks in the
     layer-mean panels."""
+    from matplotlib.lines import Line2D
+
     from .metric import HEAD_MODES
     from .tables import pair_table
 
@@ -538,8 +540,6 @@ def pair_figure(records: list[dict], width: float = DISPLAY_WIDTH, row_height: f
             ax.tick_params(labelsize=MIN_FONT)
             ax.get_legend().remove()
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    from matplotlib.lines import Line2D
-
     handles.append(Line2D([], [], color="k", linewidth=1))
     labels.append("min–max over seeds")
     handles.append(Line2D([], [], marker="_", linestyle="", color="k", markersize=12, markeredgewidth=2))

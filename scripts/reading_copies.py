@@ -18,22 +18,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 
+from attnres_helpers.files import atomic_write, sha256_file, write_text_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ".made-from.json"
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def refresh(root: Path, reset: tuple[str, ...] = ()) -> list[str]:
@@ -54,22 +45,22 @@ def refresh(root: Path, reset: tuple[str, ...] = ()) -> list[str]:
         record = {}  # an unreadable record: every copy counts as the reader's, none is replaced
     lines = []
     for name, source in notebooks.items():
-        copy, source_hash = reading / name, _sha256(source)
+        copy, source_hash = reading / name, sha256_file(source)
         made = record.get(name, {})
         if copy.exists() and name not in reset:
             if made.get("source") == source_hash:
                 continue  # up to date, changed by the reader or not
-            if made.get("copy") != _sha256(copy):
+            if made.get("copy") != sha256_file(copy):
                 lines.append(
                     f"kept your copy of {name} (notebooks/{name} has changed since it was made); to replace it: "
                     f"python scripts/reading_copies.py --reset {name}"
                 )
                 continue
         data = source.read_bytes()
-        _write_atomic(copy, data)
+        atomic_write(copy, lambda tmp, data=data: tmp.write_bytes(data))
         record[name] = {"source": source_hash, "copy": hashlib.sha256(data).hexdigest()}
         lines.append(f"{'replaced' if name in reset else 'copied'} notebooks/{name} -> reading/{name}")
-    _write_atomic(record_path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    write_text_atomic(record_path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return lines
 
 

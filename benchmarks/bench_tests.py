@@ -6,7 +6,10 @@ checkout changes) and on the working tree, one after the other.
     .venv/bin/python benchmarks/bench_tests.py --ref HEAD~1
 
 Each run is `python -m pytest -m "not browser and not pretrained and not slow" tests` (the Makefile's
-test-fast line) from its tree's root, so that tree's package is the one imported. Printed per run: wall
+test-fast line) from its tree's root, so that tree's package is the one imported. Before it is timed, each
+tree's tests are collected once (untimed), so that both runs find their bytecode and pytest's rewritten test
+modules already compiled: a freshly unpacked tree would otherwise pay for compiling what the working tree
+has cached. Printed per run: wall
 time, the children's CPU time, pytest's summary line and the load average before and after; then the
 ratio of the wall times. Not a timed test: wall times depend on what else runs on the machine, so read
 them with the load averages (on a shared 2-core machine a load above 2 means waiting for a core).
@@ -62,6 +65,7 @@ def timed(label: str, tree: Path) -> float | None:
         capture_output=True,
         text=True,
     ).stdout.strip()
+    subprocess.run([sys.executable, *FAST, "--collect-only"], cwd=tree, env=env, capture_output=True)  # warm-up
     before_load, cpu0 = load(), resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     out = subprocess.run([sys.executable, *FAST], cwd=tree, env=env, capture_output=True, text=True)

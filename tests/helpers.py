@@ -120,16 +120,15 @@ _worker = threading.local()
 
 
 class InProcessPool(ThreadPoolExecutor):
-    """runner._pool on threads of this process: the same parent loop, store writes and stops, and a
-    monkeypatch reaches the workers. runner._stop ends the workers it finds in ``_processes``; here that
-    is the pool itself, whose :meth:`terminate` ends each run in flight at its next training step (as a
-    terminated worker process leaves its last checkpoint). Its threads share torch's global RNG, which
-    train() seeds for the weights: runs whose bytes are compared are run one at a time (jobs=1)."""
+    """runner._Pool on threads of this process: the same parent loop, store writes and stops, and a
+    monkeypatch reaches the workers. runner._stop calls the pool's :meth:`terminate`, which here ends each
+    run in flight at its next training step (as a terminated worker process leaves its last checkpoint).
+    Its threads share torch's global RNG, which train() seeds for the weights: runs whose bytes are
+    compared are run one at a time (jobs=1)."""
 
     def __init__(self, jobs: int):
         super().__init__(max(1, jobs))
         self.stopped = threading.Event()
-        self._processes = {"in-process": self}
 
     def terminate(self) -> None:
         self.stopped.set()
@@ -163,7 +162,7 @@ def in_process_runner():
     from attnres_helpers.experiments import runner
 
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(runner, "_pool", InProcessPool)
+        m.setattr(runner, "_Pool", InProcessPool)
         m.setattr(train_mod, "get_batch", _stoppable(train_mod.get_batch))
         yield
 

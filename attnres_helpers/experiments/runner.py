@@ -29,7 +29,6 @@ parent rewrites the dataset's store after every finished run, atomically, holdin
 from __future__ import annotations
 
 import ctypes
-import json
 import multiprocessing
 import os
 import signal
@@ -45,7 +44,15 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import files
-from ..checkpoints import load_checkpoint, seal_root, sha256sums, verify_checkpoints, verify_finished
+from ..checkpoints import (
+    load_checkpoint,
+    model_config,
+    read_json,
+    seal_root,
+    sha256sums,
+    verify_checkpoints,
+    verify_finished,
+)
 from ..data import load_splits
 from ..files import SUMS_FILE, atomic_write, write_text_atomic
 from ..measure import check_measure, measure_model
@@ -67,8 +74,6 @@ from .specs import (
     checkpoint_dir,
     default_dataset,
     family_v2_dataset,
-    measure_settings,
-    run_meta,
     slug,
 )
 
@@ -139,8 +144,8 @@ PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent(parent: int) -> None:
-    """Worker initializer: exit when the parent process does (Linux's parent-death signal, and a
-    watchdog thread for the rest), so a killed command leaves no worker behind."""
+    """Exit when the parent process does (Linux's parent-death signal, and a watchdog thread for the rest),
+    so a killed command leaves no worker behind."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
@@ -156,22 +161,40 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _pool(jobs: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(
-        max(1, jobs),
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_die_with_parent,
-        initargs=(os.getpid(),),
-    )
+def _start_worker(parent: int, pids) -> None:
+    """A pool worker's initializer: report this worker's pid (so :meth:`_Pool.terminate` can end it) and
+    die with the parent."""
+    pids.put(os.getpid())
+    _die_with_parent(parent)
 
 
-def _stop(pool: ProcessPoolExecutor, futures) -> None:
+class _Pool(ProcessPoolExecutor):
+    """Spawned worker processes whose pids come back through a queue, so that :meth:`terminate` can end the
+    runs in flight (ProcessPoolExecutor has no public call that stops a running worker before Python 3.14's
+    ``terminate_workers``)."""
+
+    def __init__(self, jobs: int):
+        context = multiprocessing.get_context("spawn")
+        self._pids = context.SimpleQueue()
+        super().__init__(
+            max(1, jobs), mp_context=context, initializer=_start_worker, initargs=(os.getpid(), self._pids)
+        )
+
+    def terminate(self) -> None:
+        """SIGTERM every worker started so far (a worker is a child until the pool reaps it: its pid is not reused)."""
+        while not self._pids.empty():
+            try:
+                os.kill(self._pids.get(), signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+
+def _stop(pool: _Pool, futures) -> None:
     """Cancel what has not started and end the workers now (the runs in flight are lost, their last
     checkpoints kept)."""
     for f in futures:
         f.cancel()
-    for process in list(getattr(pool, "_processes", {}).values()):  # no public API ends running workers
-        process.terminate()
+    pool.terminate()
     pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -181,7 +204,7 @@ def _in_pool(work, tasks: list[tuple], jobs: int, desc: str, progress: bool, dea
     caller's while it handles a result (use it under ``contextlib.closing``), ends the pool: what has not
     started is cancelled and the runs in flight are stopped. With ``deadline_s``, tasks not started within
     that many seconds are skipped."""
-    pool = _pool(jobs)
+    pool = _Pool(jobs)
     futures = {pool.submit(work, argument): tag for tag, argument in tasks}
     start = time.monotonic()
     bar = tqdm(total=len(futures), desc=desc, disable=not progress)
@@ -374,21 +397,25 @@ def measure_checkpoints(
     progress: bool = True,
     **measure,
 ) -> list[Profile]:
-    """Profiles of every shipped checkpoint under ``root``, after verifying SHA256SUMS (nothing trains)."""
+    """Profiles of every shipped checkpoint under ``root``, after verifying SHA256SUMS (nothing trains): each
+    checkpoint measured as :func:`measure_spec` measures a run, from the RunSpec its config.json records."""
     verify_checkpoints(root)
-    _, val_tokens = load_splits()
     profiles = []
     for e, s in tqdm([(e, s) for e in encodings for s in seeds], desc="measure", disable=not progress):
-        run_dir = checkpoint_dir(e, s, root)
-        summary = json.loads((run_dir / "config.json").read_text())  # verified above
-        model = load_checkpoint(run_dir)
-        training = {k: summary["train"][k] for k in ("steps", "batch_tokens", "lr", "warmup", "weight_decay")}
-        meta = {
-            **run_meta(model.cfg, s, training, measure=measure_settings(measure)),
-            "trained": {k: summary["results"][k] for k in TRAINED_KEYS},
-        }
-        profiles += measure_model(model, val_tokens, run_dir.name, meta, **{**MEASURE, **measure})
+        spec, summary = checkpoint_spec(checkpoint_dir(e, s, root), {**MEASURE, **measure})
+        profiles += measure_spec(spec, summary)[0]
     return profiles
+
+
+def checkpoint_spec(run_dir: Path, measure: dict) -> tuple[RunSpec, dict]:
+    """The RunSpec a finished checkpoint was trained from, read from its config.json (model, seed and
+    training settings as recorded), with ``measure`` as its measuring settings; and that config.json."""
+    path = Path(run_dir) / "config.json"
+    summary = read_json(path)
+    train_summary = summary["train"]
+    training = {k: train_summary[k] for k in ("steps", "batch_tokens", "lr", "warmup", "weight_decay")}
+    cfg = model_config(summary, path)
+    return RunSpec(Path(run_dir).name, cfg, train_summary["seed"], Path(run_dir), training, measure=measure), summary
 
 
 def reuse_shipped(runs_root: Path = FAMILY_V2_RUNS, shipped: Path = CHECKPOINTS) -> dict[str, bool]:

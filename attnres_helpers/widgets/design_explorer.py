@@ -27,7 +27,7 @@ from .design import (
     slider_bounds,
 )
 from .design_figures import CompareFigure, SingleFigure
-from .render import LatestWins, figure_layout
+from .render import LatestWins, figure_layout, shared_figure
 from .text import error_html, lines_html
 
 LABEL_STYLE = {"description_width": "initial"}  # a control's label is as wide as its text: never cut off
@@ -138,7 +138,7 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
     )
     readout = widgets.HTML().add_class("attnres-readout")
     error = widgets.HTML(layout=widgets.Layout(display="none")).add_class("attnres-error")
-    single_figure, compare_figure = SingleFigure(), CompareFigure()
+    single_figure = shared_figure(SingleFigure)
     plot = widgets.Image(format="png", layout=figure_layout(single_figure.fig)).add_class("attnres-plot")
     sliders: dict[str, widgets.Widget] = {}
     holding = []  # non-empty while several controls are set at once: one update at the end
@@ -207,7 +207,7 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
                     else [],
                 )
                 readout.value, help_box.value = compare_readout_html(states), help_html(L, None)
-                request = (compare_figure, states)
+                request = (shared_figure(CompareFigure), states)  # made by the first switch to "compare"
         except Exception as exc:
             show_error(exc)
             return

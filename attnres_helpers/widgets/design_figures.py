@@ -117,7 +117,7 @@ class SingleFigure(BlitFigure):
             (tuple(t for d in self.distances for t in d.texts), region(split, 0, right, self.ax_s.bbox.y0)),
         )
         self.animated = (self.heads, self.line_s, self.line_L, self.line_2L)
-        self._set_title("design-time score s[n]")
+        # the background is drawn by the first render, which sets the title (it names the encoding)
 
     @staticmethod
     def title_for(state: dict) -> str:
@@ -217,13 +217,13 @@ class CompareFigure(BlitFigure):
             borderaxespad=0.2,
         )
         self.legend = None
-        self.shown: tuple = ()
+        self.shown: tuple | None = None  # no selection drawn yet
         self.distances = [DistanceLabels(ax, marked=False) for ax in (self.ax_s, self.ax_w)]
         for ax in (self.ax_s, self.ax_w):
             ax.xaxis.labelpad = FONT_PT + 4
         self.groups = ((tuple(t for d in self.distances for t in d.texts), self.fig.bbox),)
         self.animated = (*self.lines_s.values(), *self.lines_w.values(), *self.bars_L.patches, *self.bars_2L.patches)
-        self.redraw_background()
+        # the background is drawn by the first render, which sets the selection (legend and bar labels)
 
     def _select(self, names: tuple) -> None:
         """Show the chosen encodings' artists, in order, and rebuild the legend and bar labels into

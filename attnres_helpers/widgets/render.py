@@ -1,9 +1,11 @@
-"""What both explorers share to draw: Agg figures without pyplot, a fast PNG of the canvas, blitting,
-min–max decimation of long curves, "latest wins" redraws, and finding a widget by its CSS class."""
+"""What both explorers share to draw: Agg figures without pyplot, a fast PNG of the canvas, blitting, one
+shared figure of each kind, min–max decimation of long curves, "latest wins" redraws, and finding a widget
+by its CSS class."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import numbers
 import struct
 import zlib
@@ -113,6 +115,16 @@ class BlitFigure:
             canvas.restore_region(region)
         self._draw_visible(self.animated)
         return png_bytes(self.fig)
+
+
+@functools.cache
+def shared_figure(kind: type[BlitFigure]) -> BlitFigure:
+    """The one figure of ``kind`` that every explorer in this kernel draws with. A figure's first draw
+    costs several times a later full draw (matplotlib caches text metrics per renderer), so a re-run
+    explorer cell opens faster on a figure that has drawn before. Sharing is safe because a render sets
+    every artist from its state alone: after any sequence of states a figure draws what a fresh one draws
+    for the last of them (tests/test_widgets.py checks it byte for byte)."""
+    return kind()
 
 
 def region(x0: float, y0: float, x1: float, y1: float) -> Bbox:

@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike
 from ..metric import BOUNDARIES, HEAD_MODES, mean_over_heads
 from ..paths import STORES
 from ..store import load_profiles, perplexities
-from .render import LatestWins, figure_layout
+from .render import LatestWins, figure_layout, shared_figure
 from .text import error_html, format_sig
 from .trained_figure import TrainedFigure
 
@@ -377,7 +377,7 @@ def trained_explorer(store_path: str | Path | None = None) -> widgets.VBox:
     bca_note = widgets.HTML().add_class("attnres-t-bca-note")
     readout = widgets.HTML().add_class("attnres-trained-readout")
     error = widgets.HTML(layout=widgets.Layout(display="none")).add_class("attnres-error")
-    figure = TrainedFigure()
+    figure = shared_figure(TrainedFigure)
     plot = widgets.Image(format="png", layout=figure_layout(figure.fig)).add_class("attnres-trained-plot")
     holding = []
 

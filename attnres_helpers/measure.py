@@ -12,7 +12,7 @@ and boundary, and perplexity before and past L, are queries over them
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -36,9 +36,36 @@ def attention_scores(model: torch.nn.Module, tokens: torch.Tensor, bca: bool = F
     return scores
 
 
+WINDOW_MEANS = ("s_hat", "key0", "nll")  # what every measurement averages over its windows
+
+
+def mean_over_windows(
+    statistics: Callable[[torch.Tensor], dict[str, torch.Tensor]],
+    windows: torch.Tensor,
+    batch_size: int = 1,
+    sums: dict[str, torch.Tensor] | None = None,
+    done: int = 0,
+    after: Callable[[int, dict, dict], None] | None = None,
+) -> dict[str, torch.Tensor]:
+    """The one window loop of every measurement, our models' and pretrained ones': ``statistics(batch)``
+    sums ŝ, key0 ``(layers, H, T)`` and NLL ``(T,)`` over each batch of ``windows (n, T+1)`` in turn; returns
+    each total divided by n. ``sums`` and ``done``: what an earlier, stopped run summed over the first
+    ``done`` windows (it continues from there); ``after(done, batch_sums, sums)`` runs after each batch
+    (a pretrained measurement writes its work file and keeps each window's R there)."""
+    sums = dict(sums or {})
+    for start in range(done, windows.shape[0], batch_size):
+        batch = windows[start : start + batch_size]
+        batch_sums = statistics(batch)
+        for name, value in batch_sums.items():
+            sums[name] = sums.get(name, 0.0) + value
+        if after is not None:
+            after(start + batch.shape[0], batch_sums, sums)
+    return {name: value / windows.shape[0] for name, value in sums.items()}
+
+
 @torch.no_grad()
 def measure_windows(model: torch.nn.Module, windows: torch.Tensor, bca: bool = False, batch_size: int = 8) -> dict:
-    """Run held-out ``windows (n, T+1)`` through the model.
+    """Run held-out ``windows (n, T+1)`` through the model (:func:`mean_over_windows`).
 
     Returns ``s_hat (layers, H, T)`` (ŝ averaged over every window), ``key0 (layers, H, T)`` (the
     mean score of each query on key 0, -inf where masked) and ``nll (T,)``, the mean next-token
@@ -47,21 +74,24 @@ def measure_windows(model: torch.nn.Module, windows: torch.Tensor, bca: bool = F
     if windows.ndim != 2 or windows.shape[0] < 1 or windows.shape[1] < 3:
         raise ValueError(f"windows must be (n >= 1, T+1 >= 3) token ids, got shape {tuple(windows.shape)}")
     device = next(model.parameters()).device
-    accumulators = [ScoreAccumulator() for _ in range(model.cfg.n_layer)]
-    nll_sum = torch.zeros(windows.shape[1] - 1, dtype=torch.float64)
-    key0_sum = 0.0
     model.eval()
-    for start in range(0, windows.shape[0], batch_size):
-        batch = windows[start : start + batch_size].to(device)
-        x, y = batch[:, :-1], batch[:, 1:]  # (b, T)
+
+    def statistics(batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        x, y = batch[:, :-1].to(device), batch[:, 1:].to(device)  # (b, T)
         logits, scores = model.forward_with_scores(x, bca=bca)
-        for acc, layer_scores in zip(accumulators, scores):
-            acc.update(layer_scores)  # (b, H, T, T)
-        key0_sum = key0_sum + torch.stack([s[..., 0].double().sum(0) for s in scores]).cpu()  # (layers, H, T)
+        s_hat = []
+        for layer_scores in scores:  # (b, H, T, T); every window of a batch has the same pairs at each distance
+            accumulator = ScoreAccumulator()
+            accumulator.update(layer_scores)
+            s_hat.append(accumulator.mean() * batch.shape[0])
         nll = F.cross_entropy(logits.transpose(1, 2), y, reduction="none")  # (b, T)
-        nll_sum += nll.double().sum(0).cpu()
-    s_hat = torch.stack([acc.mean() for acc in accumulators])  # (layers, H, T)
-    return {"s_hat": s_hat, "key0": key0_sum / windows.shape[0], "nll": nll_sum / windows.shape[0]}
+        return {
+            "s_hat": torch.stack(s_hat).cpu(),  # (layers, H, T): the batch's sum of each window's ŝ
+            "key0": torch.stack([s[..., 0].double().sum(0) for s in scores]).cpu(),  # (layers, H, T)
+            "nll": nll.double().sum(0).cpu(),  # (T,)
+        }
+
+    return mean_over_windows(statistics, windows, batch_size)
 
 
 def _count(value) -> bool:

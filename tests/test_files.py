@@ -86,7 +86,11 @@ def test_a_second_writer_is_refused_naming_the_lock_and_a_killed_writers_lock_is
     _end(holder)
 
 
-@pytest.mark.parametrize("text", ["0", "9" * 40, str(os.getpid()), "", "held by nobody"])
+@pytest.mark.parametrize(
+    "text",
+    ["0", "9" * 40, str(os.getpid()), "", "held by nobody"],
+    ids=["zero", "huge", "our-pid", "empty", "words"],  # the same ids in every process (no PID in a test id)
+)
 def test_a_lock_file_is_never_read_for_liveness(tmp_path, text):
     """A free lock is taken whatever its file holds: no PID in it is trusted (0 is a process group, a huge
     one overflows os.kill, ours would look alive); a refusal shows a PID only where it is one."""

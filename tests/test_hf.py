@@ -336,6 +336,37 @@ def test_work_files_are_kept_apart_by_store_path_and_run_and_refuse_other_weight
         measure_store(model, "model", meta, [32, 32], n_windows=1, progress=False, ids=text)
 
 
+def test_a_stopped_measurement_continues_from_its_work_file_to_what_one_run_gives(tmp_path, monkeypatch):
+    """Stopped after its first window, a rerun with the same work file measures the other windows only
+    and ends where an uninterrupted run ends: the same means and one value per window."""
+    from attnres_helpers.hf import pretrained
+
+    model, text = tiny("llama", "sdpa"), ids(400, B=1)[0]
+    meta = {"encoding": "rope", "seed": 0, "train_len": 32, "weights": "w"}
+    whole, whole_values = pretrained.measure_store(model, "m", meta, [32], n_windows=3, progress=False, ids=text)
+    measured, real = [], pretrained.window_statistics
+
+    def stopping(*args, **kwargs):
+        if len(measured) == 1:
+            raise KeyboardInterrupt
+        measured.append(1)
+        return real(*args, **kwargs)
+
+    work = tmp_path / "work.safetensors"
+    monkeypatch.setattr(pretrained, "window_statistics", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        pretrained.measure_store(model, "m", meta, [32], n_windows=3, work=work, progress=False, ids=text)
+    calls = []
+    monkeypatch.setattr(pretrained, "window_statistics", lambda *a, **k: calls.append(1) or real(*a, **k))
+    resumed, values = pretrained.measure_store(model, "m", meta, [32], n_windows=3, work=work, progress=False, ids=text)
+    assert len(calls) == 2  # the first window was summed before the stop
+    key = whole[0].key
+    for name in ("s_hat", "nll", "key0"):
+        torch.testing.assert_close(getattr(resumed[0], name), getattr(whole[0], name), rtol=1e-5, atol=1e-6)
+    assert values[key]["r"].shape == (3, LAYERS)
+    torch.testing.assert_close(values[key]["r"], whole_values[key]["r"], rtol=1e-5, atol=1e-9)
+
+
 # ------------------------------------------------------------------- measure-hf: refused before any work
 
 

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from ..data import eval_windows, load_splits
 from ..files import exclusive, save_safetensors, sums_fingerprint
+from ..measure import WINDOW_MEANS, mean_over_windows
 from ..model import blockwise_causal_mask
 from ..store import Profile, average_heads, profile_of_means, save_profiles
 from .attention import (
@@ -224,28 +225,33 @@ def measure_store(
     done.setdefault("settings", settings)
     total = sum(len(windows[T]) for T, _ in jobs)
     bar = tqdm(total=total, initial=sum(done.get(_work_key(T, b), 0) for T, b in jobs), desc=run, disable=not progress)
+    means = {}
     for T, bca in jobs:
         key = _work_key(T, bca)
-        for index in range(done.get(key, 0), len(windows[T])):
-            window = windows[T][index]
-            if bos is not None:
-                window = torch.cat([torch.tensor([bos]), window[:-1]])
-            stats = window_statistics(model, window, L // 2 if bca else None, method)
-            for name, value in stats.items():
-                sums[f"{key}/{name}"] = sums.get(f"{key}/{name}", 0.0) + value
+
+        def statistics(batch: torch.Tensor, bca: bool = bca) -> dict[str, torch.Tensor]:
+            window = batch[0] if bos is None else torch.cat([torch.tensor([bos]), batch[0, :-1]])
+            return window_statistics(model, window, L // 2 if bca else None, method)
+
+        def after(n_done: int, stats: dict, job_sums: dict, key: str = key, T: int = T, bca: bool = bca) -> None:
+            sums.update({f"{key}/{name}": value for name, value in job_sums.items()})
             for name, value in _window_values(run, meta, T, bca, stats).items():
                 previous = sums.get(f"{key}/window/{name}")
                 sums[f"{key}/window/{name}"] = value[None] if previous is None else torch.cat([previous, value[None]])
-            done[key] = index + 1
+            done[key] = n_done
             if work:
                 save_safetensors(Path(work), {k: v.contiguous() for k, v in sums.items()}, {"done": json.dumps(done)})
             bar.update(1)
+
+        earlier = {name: sums[f"{key}/{name}"] for name in WINDOW_MEANS if f"{key}/{name}" in sums}
+        means[key] = mean_over_windows(statistics, windows[T], 1, earlier, done.get(key, 0), after)
     bar.close()
     profiles, window_values = [], {}
     for T, bca in sorted(jobs):
-        key, n = _work_key(T, bca), len(windows[T])
-        means = {name: sums[f"{key}/{name}"] / n for name in ("s_hat", "nll", "key0")}
-        profile = profile_of_means(run, {**meta, "windows": {str(t): len(windows[t]) for t in lengths}}, T, bca, means)
+        key = _work_key(T, bca)
+        profile = profile_of_means(
+            run, {**meta, "windows": {str(t): len(windows[t]) for t in lengths}}, T, bca, means[key]
+        )
         profiles.append(profile)
         window_values[profile.key] = {name: sums[f"{key}/window/{name}"].float() for name in WINDOW_VALUES}
     return profiles, window_values

@@ -153,3 +153,12 @@ def _registry_model(entry):
             pytest.fail(f"the converted model is missing: {fetch.fetch_command(entry)}")
         pytest.skip(f"the converted model is absent ({fetch.fetch_command(entry)}, or make pretrained)")
     return fetch.load(entry)
+
+
+@pytest.fixture(scope="module")
+def catalogue():
+    """The trained explorer's catalogue of the shipped store (tests/test_widgets*.py)."""
+    from attnres_helpers import experiments
+    from attnres_helpers.widgets import trained_catalogue
+
+    return trained_catalogue(experiments.STORE)

@@ -294,3 +294,22 @@ class KillAt:
             return real(*args, **kwargs)
 
         return op
+
+
+# ------------------------------------------------------------------------------------------ widgets
+
+
+def part(root, css_class: str):
+    """The widget under ``root`` with this CSS class (the explorers' contract classes); fails if there is none."""
+    from attnres_helpers.widgets import find_by_class
+
+    found = find_by_class(root, css_class)
+    assert found is not None, f"no widget with class {css_class}"
+    return found
+
+
+def shown(x: float) -> float:
+    """x as an explorer's readout shows it (3 significant figures)."""
+    from attnres_helpers.widgets import format_sig
+
+    return float(format_sig(x))

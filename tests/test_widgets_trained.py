@@ -253,6 +253,15 @@ def test_trained_tick_labels_do_not_collide(catalogue):
         assert boxes[-1].x1 <= figure.fig.bbox.x1
 
 
+def test_a_figure_that_drew_another_stores_frame_draws_what_a_fresh_one_draws(catalogue):
+    """Explorers share one figure (widgets.render.shared_figure): after SmolLM2's store (ticks 0, L, 2L; the
+    last, 2L, right-aligned) the default store's 2L label is centred again, as on a figure that never drew."""
+    figure = TrainedFigure()
+    figure.render(trained_state(trained_catalogue(data_path("results", "pretrained.safetensors")), "rope", 0))
+    state = trained_state(catalogue, "rope", 0, eval_multiple=4)
+    assert figure.render(state) == TrainedFigure().render(state)
+
+
 def test_trained_rapid_changes_are_drawn_once(catalogue):
     ui = trained_explorer(experiments.STORE)
     eval_length, bca, plot = part(ui, "attnres-t-eval"), part(ui, "attnres-t-bca"), part(ui, "attnres-trained-plot")

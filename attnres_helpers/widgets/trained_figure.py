@@ -98,7 +98,8 @@ class TrainedFigure(BlitFigure):
             ax.set_xlim(0, max_len)
             ax.set_xticks(ticks, labels)
             ax.set_xticks(range(L, max_len + 1, L), minor=True)
-            ax.xaxis.get_major_ticks()[-1].label1.set_horizontalalignment("right")
+            for i, tick in enumerate(ax.xaxis.get_major_ticks()):  # ticks outlive a frame: set every one's alignment
+                tick.label1.set_horizontalalignment("right" if i == len(ticks) - 1 else "center")
         self.redraw_background()
 
     def _set_legend(self, layers: list[int]) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from .configured_store import ConfiguredStore, nll_mean
 from .passkey import KINDS
-from .stats import Estimate, average_ranks, percentile_interval, spearman
+from .stats import Estimate, average_ranks, percentile_interval, spearman_rows
 
 VALIDITY = {"within_L": 0.5, "ceiling": 0.9, "absent": 0.05}  # plan v3's validity bars
 WITHIN_L_FRACTION = 0.5
@@ -154,24 +154,24 @@ def cross_test(
     W_L, W_2L = (min(len(values[c][k]) for c in names) for k in ("R(L)", "R(2L)"))
     values = {c: {k: v[: W_L if k in L_WINDOW_KEYS else W_2L] for k, v in vals.items()} for c, vals in values.items()}
 
-    def mean(c: str, key: str, d_L: np.ndarray, d_2L: np.ndarray) -> float:
+    def mean(c: str, key: str, d_L: np.ndarray, d_2L: np.ndarray) -> np.ndarray:
+        """Over the windows a draw names: (W,) indices -> a mean, (B, W) -> (B,) means."""
         v = values[c]
         if key == "drop":
-            return float(v["R(2L)"][d_2L].mean() / v["R(L)"][d_L].mean())
-        return float(np.nanmean(v[key][d_L if key in L_WINDOW_KEYS else d_2L]))
+            return v["R(2L)"][d_2L].mean(axis=-1) / v["R(L)"][d_L].mean(axis=-1)
+        return np.nanmean(v[key][d_L if key in L_WINDOW_KEYS else d_2L], axis=-1)
 
     all_L, all_2L = np.arange(W_L), np.arange(W_2L)
     x = np.array([mean(c, predictor, all_L, all_2L) for c in names])
     y = np.array([mean(c, outcome, all_L, all_2L) for c in names])
     rho, p = exact_permutation_spearman(x, y)
-    boot = []
-    for d_L, d_2L in zip(_indices(W_L, n_resamples, rng), _indices(W_2L, n_resamples, rng + 1)):
-        xb = [mean(c, predictor, d_L, d_2L) for c in names]
-        yb = [mean(c, outcome, d_L, d_2L) for c in names]
-        if len(set(xb)) > 1 and len(set(yb)) > 1:
-            boot.append(spearman(xb, yb))
+    d_L, d_2L = _indices(W_L, n_resamples, rng), _indices(W_2L, n_resamples, rng + 1)
+    xb = np.stack([mean(c, predictor, d_L, d_2L) for c in names], axis=1)  # (B, configurations)
+    yb = np.stack([mean(c, outcome, d_L, d_2L) for c in names], axis=1)
+    kept = ~(xb == xb[:, :1]).all(axis=1) & ~(yb == yb[:, :1]).all(axis=1)  # a NaN varies: spearman_rows refuses it
+    boot = spearman_rows(xb[kept], yb[kept])
     a = 100 * (1 - confidence_level) / 2
-    low, high = np.percentile(boot, [a, 100 - a]) if boot else (math.nan, math.nan)
+    low, high = np.percentile(boot, [a, 100 - a]) if len(boot) else (math.nan, math.nan)
     largest_tie = max(np.unique(np.round(y, 12), return_counts=True)[1])
     return CrossTest(predictor, outcome, len(names), rho, p, float(low), float(high), int(largest_tie))
 

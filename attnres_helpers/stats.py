@@ -69,6 +69,28 @@ def spearman(x: ArrayLike, y: ArrayLike) -> float:
     return float(np.clip(spearmanr(x, y).statistic, -1.0, 1.0))
 
 
+def spearman_rows(x: ArrayLike, y: ArrayLike) -> np.ndarray:
+    """Spearman's ρ of each pair of rows, ``(B, n), (B, n) -> (B,)``: :func:`spearman` of ``x[b]`` and
+    ``y[b]`` for every b at once (Pearson's r of the rows' average ranks), for bootstrap resamples.
+    Undefined (ValueError) as :func:`spearman` is: fewer than 3 columns, a non-finite value, a constant row.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.ndim != 2 or x.shape != y.shape:
+        raise ValueError(f"x and y must be 2-D of one shape, got shapes {x.shape} and {y.shape}")
+    if x.shape[1] < 3:
+        raise ValueError(f"a rank correlation needs at least 3 points, got {x.shape[1]}")
+    for name, values in (("x", x), ("y", y)):
+        if not np.isfinite(values).all():
+            raise ValueError(
+                f"{name} holds non-finite values (NaN or inf) in {(~np.isfinite(values)).any(1).sum()} rows"
+            )
+        constant = (values == values[:, :1]).all(axis=1)
+        if constant.any():
+            raise ValueError(f"{name} is constant in {constant.sum()} rows, where Spearman's ρ is undefined")
+    rx, ry = (r - r.mean(axis=1, keepdims=True) for r in (average_ranks(x), average_ranks(y)))  # (B, n)
+    return np.clip((rx * ry).sum(axis=1) / np.sqrt((rx**2).sum(axis=1) * (ry**2).sum(axis=1)), -1.0, 1.0)
+
+
 # --------------------------------------------------------------------------- design-time R
 
 

@@ -13,6 +13,7 @@ from attnres_helpers import configured_store as cs
 from attnres_helpers.files import save_safetensors
 from attnres_helpers.metric import layer_resolution
 from attnres_helpers.passkey import KEY_DIGITS
+from attnres_helpers.paths import STORES
 from attnres_helpers.stats import spearman
 
 L, LAYERS, H = 1024, 2, 3
@@ -115,6 +116,31 @@ def test_cross_test_and_verdict(store):
     assert ca.verdict(ca.CrossTest("R(2L)", "passkey past L", 7, 0.9, 0.01, 0.5, 0.99, 5)) == "inconclusive"
     invalid = ca.CrossTest("R(2L)", "passkey past L", 7, 0.9, 0.01, 0.5, 0.99, 1)
     assert ca.verdict(invalid, valid=False) == "inconclusive"
+
+
+@pytest.mark.parametrize("predictor, outcome", [("R(2L)", "passkey past L"), ("drop", "NLL rise")])
+def test_cross_test_interval_is_the_percentiles_of_each_resamples_spearman(predictor, outcome):
+    """On the shipped store, against the plain loop it replaced: one draw at a time, the window means of
+    each configuration, spearman of the pair, resamples where a side is constant left out."""
+    store = cs.load(STORES["configurations"])
+    t = ca.cross_test(store, predictor, outcome, n_resamples=300, rng=3)
+    names = [c for c in store.configurations() if ca._has_both(store, c, store.train_len)]
+    values = {c: ca.per_window(store, c) for c in names}
+    W_L, W_2L = (min(len(values[c][k]) for c in names) for k in ("R(L)", "R(2L)"))
+
+    def mean(c, key, d_L, d_2L):
+        v = values[c]
+        if key == "drop":
+            return v["R(2L)"][:W_2L][d_2L].mean() / v["R(L)"][:W_L][d_L].mean()
+        return np.nanmean(v[key][: W_L if key in ca.L_WINDOW_KEYS else W_2L][d_L if key in ca.L_WINDOW_KEYS else d_2L])
+
+    boot = []
+    for d_L, d_2L in zip(ca._indices(W_L, 300, 3), ca._indices(W_2L, 300, 4)):
+        xb, yb = [mean(c, predictor, d_L, d_2L) for c in names], [mean(c, outcome, d_L, d_2L) for c in names]
+        if len(set(xb)) > 1 and len(set(yb)) > 1:
+            boot.append(spearman(xb, yb))
+    assert len(boot) > 100
+    assert (t.low, t.high) == pytest.approx(tuple(np.percentile(boot, [2.5, 97.5])), abs=1e-12)
 
 
 def test_a_torn_or_mislabelled_window_file_is_refused(tmp_path):

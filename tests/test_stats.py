@@ -16,6 +16,7 @@ from attnres_helpers.stats import (
     spearman,
     spearman_cluster_bootstrap,
     spearman_permutation_test,
+    spearman_rows,
 )
 
 L = 8
@@ -67,6 +68,32 @@ def test_spearman_is_symmetric_and_rank_invariant():
 def test_spearman_bad_input(x, y, message):
     with pytest.raises(ValueError, match=message):
         spearman(x, y)
+
+
+def test_spearman_rows_is_spearman_of_every_row_ties_included():
+    """Rows drawn from a few values, so that most rows hold ties (as bootstrap means of passkey accuracies do)."""
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 3, size=(2000, 6)).astype(float), rng.integers(0, 4, size=(2000, 6)).astype(float)
+    rows = ~(x == x[:, :1]).all(1) & ~(y == y[:, :1]).all(1)
+    x, y = x[rows], y[rows]
+    expected = np.array([spearman(a, b) for a, b in zip(x, y)])
+    np.testing.assert_allclose(spearman_rows(x, y), expected, rtol=0, atol=1e-12)
+    assert spearman_rows(np.empty((0, 4)), np.empty((0, 4))).shape == (0,)
+
+
+@pytest.mark.parametrize(
+    "x, y, message",
+    [
+        ([[1, 2], [1, 2]], [[2, 1], [2, 1]], "at least 3"),
+        ([1, 2, 3], [1, 2, 3], "2-D of one shape"),
+        ([[1, 2, 3]], [[1, 2, 3], [1, 2, 3]], "2-D of one shape"),
+        ([[1, 2, float("nan")]], [[1, 2, 3]], "non-finite values .* in 1 rows"),
+        ([[1, 2, 3], [4, 4, 4]], [[1, 2, 3], [1, 2, 3]], "x is constant in 1 rows"),
+    ],
+)
+def test_spearman_rows_bad_input(x, y, message):
+    with pytest.raises(ValueError, match=message):
+        spearman_rows(x, y)
 
 
 # --------------------------------------------------------------------------- design-time R

@@ -35,9 +35,10 @@ lab: $(VENV)/.installed
 		--LabApp.app_settings_dir=$(CURDIR)/lab-settings $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # pytest over tests/ and nbval over every notebook, in quick mode (ATTNRES_QUICK=1); -rs prints why each
-# skipped test skipped (a real model not fetched: the command that fetches it).
+# skipped test skipped (a real model not fetched: the command that fetches it), --durations the 20 slowest
+# steps (where a CI run's time went).
 test: $(VENV)/.installed-test
-	ATTNRES_QUICK=1 $(PY) -m pytest -rs --nbval --nbval-current-env \
+	ATTNRES_QUICK=1 $(PY) -m pytest -rs --durations=20 --nbval --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg tests notebooks
 
 # Lint and format check (ruff, configured in pyproject.toml); `ruff format .` formats the tree.

@@ -132,7 +132,8 @@ def test_cross_test_interval_is_the_percentiles_of_each_resamples_spearman(predi
         v = values[c]
         if key == "drop":
             return v["R(2L)"][:W_2L][d_2L].mean() / v["R(L)"][:W_L][d_L].mean()
-        return np.nanmean(v[key][: W_L if key in ca.L_WINDOW_KEYS else W_2L][d_L if key in ca.L_WINDOW_KEYS else d_2L])
+        W, d = (W_L, d_L) if key in ca.L_WINDOW_KEYS else (W_2L, d_2L)
+        return np.nanmean(v[key][:W][d])
 
     boot = []
     for d_L, d_2L in zip(ca._indices(W_L, 300, 3), ca._indices(W_2L, 300, 4)):

@@ -14,7 +14,7 @@ from matplotlib.ticker import NullFormatter
 
 from attnres_helpers import experiments
 from attnres_helpers.metric import BOUNDARIES, HEAD_MODES, resolution
-from attnres_helpers.paths import data_path
+from attnres_helpers.paths import STORES
 from attnres_helpers.store import Profile, load_profiles, save_profiles
 from attnres_helpers.store import records as store_records
 from attnres_helpers.widgets import (
@@ -257,7 +257,7 @@ def test_a_figure_that_drew_another_stores_frame_draws_what_a_fresh_one_draws(ca
     """Explorers share one figure (widgets.render.shared_figure): after SmolLM2's store (ticks 0, L, 2L; the
     last, 2L, right-aligned) the default store's 2L label is centred again, as on a figure that never drew."""
     figure = TrainedFigure()
-    figure.render(trained_state(trained_catalogue(data_path("results", "pretrained.safetensors")), "rope", 0))
+    figure.render(trained_state(trained_catalogue(STORES["pretrained"]), "rope", 0))
     state = trained_state(catalogue, "rope", 0, eval_multiple=4)
     assert figure.render(state) == TrainedFigure().render(state)
 
@@ -316,7 +316,7 @@ def test_trained_explorer_shows_a_pretrained_models_store_by_its_run(tmp_path):
 def test_the_shipped_pretrained_store_is_shown_without_a_head_to_choose():
     """SmolLM2's store (heads averaged at measurement, 30 layers, T = L and 2L): no head menu, no legend
     over the panel (the title counts the layers), and minor perplexity labels only over a narrow range."""
-    catalogue = trained_catalogue(data_path("results", "pretrained.safetensors"))
+    catalogue = trained_catalogue(STORES["pretrained"])
     assert catalogue["heads"] == 0 and catalogue["eval_multiples"] == [1, 2] and catalogue["layers"] == 30
     with pytest.raises(ValueError, match=r"head must be one of \['mean'\], got 0"):
         trained_state(catalogue, "rope", 0, head=0)

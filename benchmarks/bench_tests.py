@@ -5,14 +5,18 @@ checkout changes) and on the working tree, one after the other.
     .venv/bin/python benchmarks/bench_tests.py              # HEAD, then the working tree
     .venv/bin/python benchmarks/bench_tests.py --ref HEAD~1
 
+    .venv/bin/python benchmarks/bench_tests.py --same-env   # both under this shell's environment
+
 Each run is `python -m pytest -m "not browser and not pretrained and not slow" tests` (the Makefile's
-test-fast line) from its tree's root, so that tree's package is the one imported. Before it is timed, each
-tree's tests are collected once (untimed), so that both runs find their bytecode and pytest's rewritten test
-modules already compiled: a freshly unpacked tree would otherwise pay for compiling what the working tree
-has cached. Printed per run: wall
-time, the children's CPU time, pytest's summary line and the load average before and after; then the
-ratio of the wall times. Not a timed test: wall times depend on what else runs on the machine, so read
-them with the load averages (on a shared 2-core machine a load above 2 means waiting for a core).
+test-fast line) from its tree's root, so that tree's package is the one imported, under the environment
+that tree's Makefile gives it: a Makefile that says ``unexport PYTHONDONTWRITEBYTECODE`` lets Python keep
+its bytecode, one that does not leaves this shell's setting. With ``--same-env`` both run under this
+shell's environment, so that the ratio is the code's alone. Before it is timed, each tree's tests are
+collected once (untimed), so that a run that keeps bytecode finds it compiled, as a second `make
+test-fast` does. Printed per run: wall time, the children's CPU time, pytest's summary line, whether
+bytecode was kept, and the load average before and after; then the ratio of the wall times. Not a timed
+test: wall times depend on what else runs on the machine, so read them with the load averages (on a
+shared 2-core machine a load above 2 means waiting for a core).
 """
 
 from __future__ import annotations
@@ -54,10 +58,19 @@ def unpack(ref: str, into: Path) -> str:
     return commit
 
 
-def timed(label: str, tree: Path) -> float | None:
+def keeps_bytecode(tree: Path) -> bool:
+    """Whether ``tree``'s Makefile lets Python write bytecode whatever the environment says."""
+    makefile = tree / "Makefile"
+    return makefile.is_file() and "unexport PYTHONDONTWRITEBYTECODE" in makefile.read_text().splitlines()
+
+
+def timed(label: str, tree: Path, same_env: bool) -> float | None:
     """The fast target in ``tree``: prints its lines and returns its wall time (None where pytest ran no
     tests: an error while collecting them)."""
     env = {k: v for k, v in os.environ.items() if k != "ATTNRES_ROOT"}  # each tree finds its own data/
+    if not same_env and keeps_bytecode(tree):
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    bytecode = "bytecode kept" if "PYTHONDONTWRITEBYTECODE" not in env else "no bytecode written"
     package = subprocess.run(
         [sys.executable, "-c", "import attnres_helpers; print(attnres_helpers.__file__)"],
         cwd=tree,
@@ -73,7 +86,7 @@ def timed(label: str, tree: Path) -> float | None:
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     lines = [line for line in out.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
-    print(f"{label}: {wall:.1f} s wall, {cpu:.1f} s CPU (package {package})")
+    print(f"{label}: {wall:.1f} s wall, {cpu:.1f} s CPU, {bytecode} (package {package})")
     print(f"    pytest: {lines[-1].strip('= ') if lines else out.stdout[-500:]!r}")
     print(f"    {before_load} before, {load()} after")
     return wall if lines else None
@@ -82,12 +95,17 @@ def timed(label: str, tree: Path) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ref", default="HEAD", help="the committed tree to compare with (default HEAD)")
+    parser.add_argument(
+        "--same-env",
+        action="store_true",
+        help="both trees under this shell's environment, whatever their Makefiles say",
+    )
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {load()}")
     with tempfile.TemporaryDirectory(prefix="bench-tests-") as tmp:
         commit = unpack(args.ref, Path(tmp))
-        old = timed(f"{args.ref} ({commit})", Path(tmp))
-    new = timed("working tree", ROOT)
+        old = timed(f"{args.ref} ({commit})", Path(tmp), args.same_env)
+    new = timed("working tree", ROOT, args.same_env)
     if old is None or new is None:
         print("no ratio: a run stopped while collecting its tests (above)")
     else:

@@ -8,6 +8,7 @@ Imported as ``helpers`` (pytest puts ``tests/`` on ``sys.path``); a driver proce
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -313,3 +314,12 @@ def shown(x: float) -> float:
     from attnres_helpers.widgets import format_sig
 
     return float(format_sig(x))
+
+
+async def past_the_redraw_timer() -> None:
+    """Wait in the running loop until a redraw timer started before the call has fired. Twice the delay is
+    enough on any machine, however late the loop wakes: asyncio runs the callbacks that are due in the order
+    of their deadlines, and the timer's comes before this sleep's."""
+    from attnres_helpers.widgets import REDRAW_DELAY_S
+
+    await asyncio.sleep(2 * REDRAW_DELAY_S)

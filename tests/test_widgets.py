@@ -9,7 +9,7 @@ import re
 import ipywidgets as widgets
 import numpy as np
 import pytest
-from helpers import part, shown
+from helpers import part, past_the_redraw_timer, shown
 
 from attnres_helpers import experiments
 from attnres_helpers.encodings import DESIGN_CURVES, resolution_pair
@@ -18,7 +18,6 @@ from attnres_helpers.widgets import (
     CLOSE_SCORE_NATS,
     COMPARE_DEFAULT,
     FIGURE_DPI,
-    REDRAW_DELAY_S,
     CompareFigure,
     SingleFigure,
     TrainedFigure,
@@ -550,7 +549,7 @@ def test_rapid_changes_are_drawn_once_for_the_last_of_them():
             length.value = L
             assert readout.value == readout_html(explorer_state("rope", L))  # the readout follows every change
         assert ui.drawer.drawn == drawn + 1  # nothing drawn yet: the plot waits for the burst to end
-        await asyncio.sleep(10 * REDRAW_DELAY_S)
+        await past_the_redraw_timer()
 
     asyncio.run(burst())
     assert ui.drawer.drawn == drawn + 2
@@ -560,7 +559,7 @@ def test_rapid_changes_are_drawn_once_for_the_last_of_them():
         length.value = 608
         ui.drawer.flush()  # what a timing cell in a kernel does: the pending plot, drawn now
         assert ui.drawer.drawn == drawn + 3 and bytes(plot.value) == SingleFigure().render(explorer_state("rope", 608))
-        await asyncio.sleep(10 * REDRAW_DELAY_S)
+        await past_the_redraw_timer()
 
     asyncio.run(flushed())
     assert ui.drawer.drawn == drawn + 3  # nothing left to draw

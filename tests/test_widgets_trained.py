@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from helpers import part
+from helpers import part, past_the_redraw_timer
 from matplotlib.ticker import NullFormatter
 
 from attnres_helpers import experiments
@@ -18,7 +18,6 @@ from attnres_helpers.paths import STORES
 from attnres_helpers.store import Profile, load_profiles, save_profiles
 from attnres_helpers.store import records as store_records
 from attnres_helpers.widgets import (
-    REDRAW_DELAY_S,
     TrainedFigure,
     format_sig,
     trained_catalogue,
@@ -269,7 +268,7 @@ def test_trained_rapid_changes_are_drawn_once(catalogue):
 
     async def burst():
         eval_length.value, bca.value, eval_length.value = 4, True, 1
-        await asyncio.sleep(10 * REDRAW_DELAY_S)
+        await past_the_redraw_timer()
 
     asyncio.run(burst())
     assert ui.drawer.drawn == drawn + 1

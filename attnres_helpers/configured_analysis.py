@@ -19,7 +19,7 @@ import numpy as np
 
 from .configured_store import ConfiguredStore, nll_mean
 from .passkey import KINDS
-from .stats import Estimate, average_ranks, percentile_interval, spearman_rows
+from .stats import Estimate, average_ranks, constant_rows, percentile_interval, spearman_rows
 
 VALIDITY = {"within_L": 0.5, "ceiling": 0.9, "absent": 0.05}  # plan v3's validity bars
 WITHIN_L_FRACTION = 0.5
@@ -168,7 +168,7 @@ def cross_test(
     d_L, d_2L = _indices(W_L, n_resamples, rng), _indices(W_2L, n_resamples, rng + 1)
     xb = np.stack([mean(c, predictor, d_L, d_2L) for c in names], axis=1)  # (B, configurations)
     yb = np.stack([mean(c, outcome, d_L, d_2L) for c in names], axis=1)
-    kept = ~(xb == xb[:, :1]).all(axis=1) & ~(yb == yb[:, :1]).all(axis=1)  # a NaN varies: spearman_rows refuses it
+    kept = ~constant_rows(xb) & ~constant_rows(yb)  # a row with a NaN is kept: spearman_rows refuses it
     boot = spearman_rows(xb[kept], yb[kept])
     a = 100 * (1 - confidence_level) / 2
     low, high = np.percentile(boot, [a, 100 - a]) if len(boot) else (math.nan, math.nan)

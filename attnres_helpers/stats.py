@@ -69,6 +69,12 @@ def spearman(x: ArrayLike, y: ArrayLike) -> float:
     return float(np.clip(spearmanr(x, y).statistic, -1.0, 1.0))
 
 
+def constant_rows(values: np.ndarray) -> np.ndarray:
+    """Which rows of ``values (B, n)`` hold one value only: ``(B,)`` bool (a row with a NaN is not constant:
+    NaN equals nothing)."""
+    return (values == values[:, :1]).all(axis=1)
+
+
 def spearman_rows(x: ArrayLike, y: ArrayLike) -> np.ndarray:
     """Spearman's ρ of each pair of rows, ``(B, n), (B, n) -> (B,)``: :func:`spearman` of ``x[b]`` and
     ``y[b]`` for every b at once (Pearson's r of the rows' average ranks), for bootstrap resamples.
@@ -84,7 +90,7 @@ def spearman_rows(x: ArrayLike, y: ArrayLike) -> np.ndarray:
             raise ValueError(
                 f"{name} holds non-finite values (NaN or inf) in {(~np.isfinite(values)).any(1).sum()} rows"
             )
-        constant = (values == values[:, :1]).all(axis=1)
+        constant = constant_rows(values)
         if constant.any():
             raise ValueError(f"{name} is constant in {constant.sum()} rows, where Spearman's ρ is undefined")
     rx, ry = (r - r.mean(axis=1, keepdims=True) for r in (average_ranks(x), average_ranks(y)))  # (B, n)

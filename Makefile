@@ -52,8 +52,11 @@ lint: $(VENV)/.installed-test
 	$(PY) -m ruff format --check .
 
 # The package tests alone, without notebooks, the browser, the real model or the slow tests (make test runs all).
+# Without nbval's plugin (no notebook is collected; see tests/conftest.py for what that saves) and pytest's
+# log capture (no test reads the log; it attaches a handler to every non-propagating logger for every step of
+# every test).
 test-fast: $(VENV)/.installed-test
-	$(PY) -m pytest -m "not browser and not pretrained and not slow" tests
+	$(PY) -m pytest -p no:nbval -p no:logging -m "not browser and not pretrained and not slow" tests
 
 # The real-browser test of the explorer (needs Debian's chromium: apt-get install chromium).
 browser-test: $(VENV)/.installed-test

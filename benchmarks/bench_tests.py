@@ -7,11 +7,12 @@ checkout changes) and on the working tree, one after the other.
 
     .venv/bin/python benchmarks/bench_tests.py --same-env   # both under this shell's environment
 
-Each run is `python -m pytest -m "not browser and not pretrained and not slow" tests` (the Makefile's
-test-fast line) from its tree's root, so that tree's package is the one imported, under the environment
-that tree's Makefile gives it: a Makefile that says ``unexport PYTHONDONTWRITEBYTECODE`` lets Python keep
-its bytecode, one that does not leaves this shell's setting. With ``--same-env`` both run under this
-shell's environment, so that the ratio is the code's alone. Before it is timed, each tree's tests are
+Each run is its tree's Makefile test-fast line (`python -m pytest [its options] -m "not browser and not
+pretrained and not slow" tests`, quiet and without pytest's cache) from that tree's root, so that tree's
+package is the one imported, under the environment that tree's Makefile gives it: a Makefile that says
+``unexport PYTHONDONTWRITEBYTECODE`` lets Python keep its bytecode, one that does not leaves this shell's
+setting. With ``--same-env`` both run under this shell's environment and the ref's pytest options, so
+that the ratio is the code's alone. Before it is timed, each tree's tests are
 collected once (untimed), so that a run that keeps bytecode finds it compiled, as a second `make
 test-fast` does. Printed per run: wall time, the children's CPU time, pytest's summary line, whether
 bytecode was kept, and the load average before and after; then the ratio of the wall times. Not a timed
@@ -25,6 +26,7 @@ import argparse
 import os
 import re
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -33,7 +35,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not browser and not pretrained and not slow", "tests"]
+QUIET = ["-q", "-p", "no:cacheprovider"]
+FAST = ["-m", "pytest", "-m", "not browser and not pretrained and not slow", "tests"]  # a Makefile without the target
 
 
 def load() -> str:
@@ -64,9 +67,22 @@ def keeps_bytecode(tree: Path) -> bool:
     return makefile.is_file() and "unexport PYTHONDONTWRITEBYTECODE" in makefile.read_text().splitlines()
 
 
-def timed(label: str, tree: Path, same_env: bool) -> float | None:
-    """The fast target in ``tree``: prints its lines and returns its wall time (None where pytest ran no
-    tests: an error while collecting them)."""
+def fast_target(tree: Path) -> list[str]:
+    """The arguments of ``python`` in ``tree``'s Makefile test-fast recipe (``$(PY) -m pytest ...``)."""
+    makefile = tree / "Makefile"
+    lines = makefile.read_text().splitlines() if makefile.is_file() else []
+    for i, line in enumerate(lines):
+        if line.startswith("test-fast:"):
+            recipe = lines[i + 1].strip()
+            if recipe.startswith("$(PY) -m pytest"):
+                return shlex.split(recipe)[1:]
+    return FAST
+
+
+def timed(label: str, tree: Path, same_env: bool, target: list[str]) -> float | None:
+    """The fast target (``python`` arguments ``target``) in ``tree``: prints its lines and returns its wall
+    time (None where pytest ran no tests: an error while collecting them)."""
+    target = target[:2] + QUIET + target[2:]  # after "-m pytest"
     env = {k: v for k, v in os.environ.items() if k != "ATTNRES_ROOT"}  # each tree finds its own data/
     if not same_env and keeps_bytecode(tree):
         env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -78,15 +94,16 @@ def timed(label: str, tree: Path, same_env: bool) -> float | None:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    subprocess.run([sys.executable, *FAST, "--collect-only"], cwd=tree, env=env, capture_output=True)  # warm-up
+    subprocess.run([sys.executable, *target, "--collect-only"], cwd=tree, env=env, capture_output=True)  # warm-up
     before_load, cpu0 = load(), resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    out = subprocess.run([sys.executable, *FAST], cwd=tree, env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, *target], cwd=tree, env=env, capture_output=True, text=True)
     wall = time.monotonic() - start
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     lines = [line for line in out.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     print(f"{label}: {wall:.1f} s wall, {cpu:.1f} s CPU, {bytecode} (package {package})")
+    print(f"    python {shlex.join(target)}")
     print(f"    pytest: {lines[-1].strip('= ') if lines else out.stdout[-500:]!r}")
     print(f"    {before_load} before, {load()} after")
     return wall if lines else None
@@ -104,8 +121,9 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {load()}")
     with tempfile.TemporaryDirectory(prefix="bench-tests-") as tmp:
         commit = unpack(args.ref, Path(tmp))
-        old = timed(f"{args.ref} ({commit})", Path(tmp), args.same_env)
-    new = timed("working tree", ROOT, args.same_env)
+        ref_target = fast_target(Path(tmp))
+        old = timed(f"{args.ref} ({commit})", Path(tmp), args.same_env, ref_target)
+    new = timed("working tree", ROOT, args.same_env, ref_target if args.same_env else fast_target(ROOT))
     if old is None or new is None:
         print("no ratio: a run stopped while collecting its tests (above)")
     else:

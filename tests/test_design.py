@@ -102,8 +102,9 @@ def test_no_file_is_over_650_lines(path):
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_imports_one_above_it(path):
     own = top_name(path)
-    higher = {name for name in package_imports(path) - {own} if layer_of(name) > layer_of(own)}
-    same = {name for name in package_imports(path) - {own} if layer_of(name) == layer_of(own)}
+    imported = package_imports(path) - {own}
+    higher = {name for name in imported if layer_of(name) > layer_of(own)}
+    same = {name for name in imported if layer_of(name) == layer_of(own)}
     assert not higher, f"{path.name} ({own}, layer {layer_of(own)}) imports higher modules {sorted(higher)}"
     if own not in ("__main__", "__init__"):  # within a layer, two sub-packages may not import each other
         assert not same & {"hf", "experiments"}, f"{path.relative_to(PACKAGE)} imports {sorted(same)} of its own layer"

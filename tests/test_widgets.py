@@ -648,6 +648,24 @@ def test_png_encoder_is_lossless():
         rgb_png(rgb.astype(np.float32))
 
 
+def test_new_figures_share_one_math_text_parser_and_draw_what_a_plain_agg_figure_draws():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from attnres_helpers.widgets.render import new_figure, png_bytes
+
+    def drawn(fig):
+        fig.subplots().set(yscale="log", ylim=(1e-8, 1.0), title=r"$\hat{s}[n]$ at $T = 2L$")  # math text
+        fig.canvas.draw()
+        return fig
+
+    first, second = drawn(new_figure(3.0, 2.0)), drawn(new_figure(3.0, 2.0))
+    plain = Figure(figsize=(3.0, 2.0), dpi=FIGURE_DPI)
+    FigureCanvasAgg(plain)
+    assert first.canvas.get_renderer().mathtext_parser is second.canvas.get_renderer().mathtext_parser
+    assert png_bytes(second) == png_bytes(drawn(plain))
+
+
 # --------------------------------------------------------------------------- static pictures
 
 

@@ -12,12 +12,12 @@ pretrained and not slow" tests`, quiet and without pytest's cache) from that tre
 package is the one imported, under the environment that tree's Makefile gives it: a Makefile that says
 ``unexport PYTHONDONTWRITEBYTECODE`` lets Python keep its bytecode, one that does not leaves this shell's
 setting. With ``--same-env`` both run under this shell's environment and the ref's pytest options, so
-that the ratio is the code's alone. Before it is timed, each tree's tests are
-collected once (untimed), so that a run that keeps bytecode finds it compiled, as a second `make
-test-fast` does. Printed per run: wall time, the children's CPU time, pytest's summary line, whether
-bytecode was kept, and the load average before and after; then the ratio of the wall times. Not a timed
-test: wall times depend on what else runs on the machine, so read them with the load averages (on a
-shared 2-core machine a load above 2 means waiting for a core).
+that the ratio is the code's alone. Before it is timed, each tree's tests are collected once (untimed),
+so that a run that keeps bytecode finds it compiled, as a second `make test-fast` does. Printed per run:
+wall time, the children's CPU time, pytest's summary line, whether bytecode was kept, and the load
+average before and after; then the ratio of the wall times. Not a timed test: wall times depend on what
+else runs on the machine, so read them with the load averages (on a shared 2-core machine a load above 2
+means waiting for a core).
 """
 
 from __future__ import annotations
@@ -61,16 +61,20 @@ def unpack(ref: str, into: Path) -> str:
     return commit
 
 
+def makefile_lines(tree: Path) -> list[str]:
+    """The lines of ``tree``'s Makefile (none where it has no Makefile)."""
+    makefile = tree / "Makefile"
+    return makefile.read_text().splitlines() if makefile.is_file() else []
+
+
 def keeps_bytecode(tree: Path) -> bool:
     """Whether ``tree``'s Makefile lets Python write bytecode whatever the environment says."""
-    makefile = tree / "Makefile"
-    return makefile.is_file() and "unexport PYTHONDONTWRITEBYTECODE" in makefile.read_text().splitlines()
+    return "unexport PYTHONDONTWRITEBYTECODE" in makefile_lines(tree)
 
 
 def fast_target(tree: Path) -> list[str]:
     """The arguments of ``python`` in ``tree``'s Makefile test-fast recipe (``$(PY) -m pytest ...``)."""
-    makefile = tree / "Makefile"
-    lines = makefile.read_text().splitlines() if makefile.is_file() else []
+    lines = makefile_lines(tree)
     for i, line in enumerate(lines):
         if line.startswith("test-fast:"):
             recipe = lines[i + 1].strip()

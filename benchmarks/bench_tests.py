@@ -1,9 +1,11 @@
 """The fast test target (`make test-fast`) timed side by side in one run: on a committed tree (HEAD by
 default, its package and tests unpacked with `git archive` into a temporary folder: nothing in this
-checkout changes) and on the working tree, one after the other.
+checkout changes) and on the working tree, in the order ref, tree, tree, ref (one round is one of each;
+--rounds 2, the default, is that ABBA order), so that a machine that speeds up or slows down over the
+minutes of a run weighs on both trees alike.
 
-    .venv/bin/python benchmarks/bench_tests.py              # HEAD, then the working tree
-    .venv/bin/python benchmarks/bench_tests.py --ref HEAD~1
+    .venv/bin/python benchmarks/bench_tests.py              # HEAD and the working tree, ABBA
+    .venv/bin/python benchmarks/bench_tests.py --ref HEAD~1 --rounds 1
 
     .venv/bin/python benchmarks/bench_tests.py --same-env   # both under this shell's environment
 
@@ -15,9 +17,10 @@ setting. With ``--same-env`` both run under this shell's environment and the ref
 that the ratio is the code's alone. Before it is timed, each tree's tests are collected once (untimed),
 so that a run that keeps bytecode finds it compiled, as a second `make test-fast` does. Printed per run:
 wall time, the children's CPU time, pytest's summary line, whether bytecode was kept, and the load
-average before and after; then the ratio of the wall times. Not a timed test: wall times depend on what
-else runs on the machine, so read them with the load averages (on a shared 2-core machine a load above 2
-means waiting for a core).
+average before and after; then, per round and over all of them, the ratios of the wall times and of the
+CPU times. Not a timed test: wall times depend on what else runs on the machine (on a shared virtual
+machine also on the time the host gives to other guests, `st` in vmstat: 2-18 % here), so read them with
+the load averages and the CPU times (on a shared 2-core machine a load above 2 means waiting for a core).
 """
 
 from __future__ import annotations
@@ -83,9 +86,9 @@ def fast_target(tree: Path) -> list[str]:
     return FAST
 
 
-def timed(label: str, tree: Path, same_env: bool, target: list[str]) -> float | None:
+def timed(label: str, tree: Path, same_env: bool, target: list[str]) -> tuple[float, float] | None:
     """The fast target (``python`` arguments ``target``) in ``tree``: prints its lines and returns its wall
-    time (None where pytest ran no tests: an error while collecting them)."""
+    and CPU times (None where pytest ran no tests: an error while collecting them)."""
     target = target[:2] + QUIET + target[2:]  # after "-m pytest"
     env = {k: v for k, v in os.environ.items() if k != "ATTNRES_ROOT"}  # each tree finds its own data/
     if not same_env and keeps_bytecode(tree):
@@ -110,7 +113,13 @@ def timed(label: str, tree: Path, same_env: bool, target: list[str]) -> float | 
     print(f"    python {shlex.join(target)}")
     print(f"    pytest: {lines[-1].strip('= ') if lines else out.stdout[-500:]!r}")
     print(f"    {before_load} before, {load()} after")
-    return wall if lines else None
+    return (wall, cpu) if lines else None
+
+
+def ratios(ref: str, ref_runs: list[tuple[float, float]], tree_runs: list[tuple[float, float]]) -> str:
+    """The ratios ref / working tree of the summed wall times and of the summed CPU times."""
+    (ref_wall, ref_cpu), (wall, cpu) = (map(sum, zip(*runs)) for runs in (ref_runs, tree_runs))
+    return f"ratio {ref} / working tree {ref_wall / wall:.2f}x wall, {ref_cpu / cpu:.2f}x CPU"
 
 
 def main() -> None:
@@ -121,17 +130,28 @@ def main() -> None:
         action="store_true",
         help="both trees under this shell's environment, whatever their Makefiles say",
     )
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of one run each, ABBA order (default 2)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {load()}")
     with tempfile.TemporaryDirectory(prefix="bench-tests-") as tmp:
         commit = unpack(args.ref, Path(tmp))
         ref_target = fast_target(Path(tmp))
-        old = timed(f"{args.ref} ({commit})", Path(tmp), args.same_env, ref_target)
-    new = timed("working tree", ROOT, args.same_env, ref_target if args.same_env else fast_target(ROOT))
-    if old is None or new is None:
-        print("no ratio: a run stopped while collecting its tests (above)")
-    else:
-        print(f"ratio {args.ref} / working tree: {old / new:.2f}x")
+        trees = {
+            "ref": (f"{args.ref} ({commit})", Path(tmp), ref_target),
+            "tree": ("working tree", ROOT, ref_target if args.same_env else fast_target(ROOT)),
+        }
+        times: dict[str, list[tuple[float, float]]] = {"ref": [], "tree": []}
+        for round_ in range(args.rounds):
+            for which in ("ref", "tree") if round_ % 2 == 0 else ("tree", "ref"):
+                label, tree, target = trees[which]
+                result = timed(f"round {round_ + 1}, {label}", tree, args.same_env, target)
+                if result is None:
+                    raise SystemExit("no ratio: a run stopped while collecting its tests (above)")
+                times[which].append(result)
+            print(f"round {round_ + 1}: {ratios(args.ref, times['ref'][-1:], times['tree'][-1:])}")
+    print(f"all {args.rounds} rounds, sums of the runs: {ratios(args.ref, times['ref'], times['tree'])}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-"""The command line as a real process, one smoke test per subcommand: it starts, parses, and exits
-cleanly (every behaviour is tested in-process through ``main(argv)``, in each module's own tests)."""
+"""The command line: every subcommand parses and prints its help, warning-free; as a real process
+(``python -m attnres_helpers``), a command runs, a user error is one line, and help and usage errors answer
+without importing torch (every behaviour is tested in-process through ``main(argv)``, in each module's own
+tests)."""
 
 import subprocess
 import sys
+import warnings
 
 import pytest
 from helpers import ROOT
@@ -28,10 +31,14 @@ def run(*args, timeout=300):
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_subcommand_starts_and_prints_its_help(command):
-    out = run(command, "--help")
+def test_every_subcommand_prints_its_help_and_nothing_else(command, cli):
+    """In-process (a process for each would import torch again for train): stdout is the usage, stderr
+    empty, and no warning is raised (a process would print one on stderr)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cli(command, "--help")
     assert out.returncode == 0 and out.stdout.startswith("usage: python -m attnres_helpers " + command), out.stderr
-    assert out.stderr == ""
+    assert out.stderr == "" and [str(w.message) for w in caught] == []
 
 
 def test_results_runs_as_a_process_and_a_user_error_is_one_line(tmp_path, cli):

@@ -72,3 +72,4 @@ def test_help_and_usage_errors_answer_without_importing_torch(argv):
     )
     out = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
+    assert out.stderr == "" or "--help" not in argv  # help, as a process, prints nothing on stderr

@@ -8,7 +8,8 @@
   of a tiny Llama trained by our trainer.
 - ``in_process``: the runner's pool as threads of this process (helpers.in_process_runner).
 - ``cli``: the command line in-process through ``main(argv)``, with what a user would see (exit
-  status, stdout, stderr); ``tests/test_cli.py`` keeps one real subprocess per command.
+  status, stdout, stderr); ``tests/test_cli.py`` keeps the real processes: a command run, a user error, and
+  help and usage errors answered without importing torch.
 
 Plain helpers (the repository root, the tiny settings, small checks) are in ``tests/helpers.py``.
 

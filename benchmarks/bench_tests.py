@@ -13,14 +13,15 @@ Each run is its tree's Makefile test-fast line (`python -m pytest [its options] 
 pretrained and not slow" tests`, quiet and without pytest's cache) from that tree's root, so that tree's
 package is the one imported, under the environment that tree's Makefile gives it: a Makefile that says
 ``unexport PYTHONDONTWRITEBYTECODE`` lets Python keep its bytecode, one that does not leaves this shell's
-setting. With ``--same-env`` both run under this shell's environment and the ref's pytest options, so
-that the ratio is the code's alone. Before it is timed, each tree's tests are collected once (untimed),
-so that a run that keeps bytecode finds it compiled, as a second `make test-fast` does. Printed per run:
-wall time, the children's CPU time, pytest's summary line, whether bytecode was kept, and the load
-average before and after; then, per round and over all of them, the ratios of the wall times and of the
-CPU times. Not a timed test: wall times depend on what else runs on the machine (on a shared virtual
-machine also on the time the host gives to other guests, `st` in vmstat: 2-18 % here), so read them with
-the load averages and the CPU times (on a shared 2-core machine a load above 2 means waiting for a core).
+setting. With ``--same-env`` both run under this shell's environment and the ref's pytest options, so that
+the ratio is the code's alone. Before the first run, each tree's tests are collected once (untimed), so
+that a run that keeps bytecode finds it compiled, as a second `make test-fast` does. Printed per tree: the
+package imported, whether bytecode is kept, and the command; per run: wall time, the children's CPU time,
+pytest's summary line, and the load average before and after; then, per round and over all of them, the
+ratios of the wall times and of the CPU times. Not a timed test: wall times depend on what else runs on
+the machine (on a shared virtual machine also on the time the host gives to other guests, `st` in vmstat:
+2-18 % here), so read them with the load averages and the CPU times (on a shared 2-core machine a load
+above 2 means waiting for a core).
 """
 
 from __future__ import annotations
@@ -86,9 +87,11 @@ def fast_target(tree: Path) -> list[str]:
     return FAST
 
 
-def timed(label: str, tree: Path, same_env: bool, target: list[str]) -> tuple[float, float] | None:
-    """The fast target (``python`` arguments ``target``) in ``tree``: prints its lines and returns its wall
-    and CPU times (None where pytest ran no tests: an error while collecting them)."""
+def prepared(label: str, tree: Path, same_env: bool, target: list[str]) -> tuple[str, Path, dict, list[str]]:
+    """What each run of the fast target (``python`` arguments ``target``) in ``tree`` needs: its label, the
+    tree, its environment and its arguments (quiet, without pytest's cache). Prints the package that tree
+    imports and whether it keeps bytecode, and collects its tests once (untimed), so that a run that keeps
+    bytecode finds it compiled."""
     target = target[:2] + QUIET + target[2:]  # after "-m pytest"
     env = {k: v for k, v in os.environ.items() if k != "ATTNRES_ROOT"}  # each tree finds its own data/
     if not same_env and keeps_bytecode(tree):
@@ -101,7 +104,15 @@ def timed(label: str, tree: Path, same_env: bool, target: list[str]) -> tuple[fl
         capture_output=True,
         text=True,
     ).stdout.strip()
+    print(f"{label}: {bytecode}, package {package}")
+    print(f"    python {shlex.join(target)}")
     subprocess.run([sys.executable, *target, "--collect-only"], cwd=tree, env=env, capture_output=True)  # warm-up
+    return label, tree, env, target
+
+
+def timed(label: str, tree: Path, env: dict, target: list[str]) -> tuple[float, float] | None:
+    """One run of :func:`prepared`'s command: prints its lines and returns its wall and CPU times (None
+    where pytest ran no tests: an error while collecting them)."""
     before_load, cpu0 = load(), resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     out = subprocess.run([sys.executable, *target], cwd=tree, env=env, capture_output=True, text=True)
@@ -109,8 +120,7 @@ def timed(label: str, tree: Path, same_env: bool, target: list[str]) -> tuple[fl
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     lines = [line for line in out.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
-    print(f"{label}: {wall:.1f} s wall, {cpu:.1f} s CPU, {bytecode} (package {package})")
-    print(f"    python {shlex.join(target)}")
+    print(f"{label}: {wall:.1f} s wall, {cpu:.1f} s CPU")
     print(f"    pytest: {lines[-1].strip('= ') if lines else out.stdout[-500:]!r}")
     print(f"    {before_load} before, {load()} after")
     return (wall, cpu) if lines else None
@@ -139,14 +149,14 @@ def main() -> None:
         commit = unpack(args.ref, Path(tmp))
         ref_target = fast_target(Path(tmp))
         trees = {
-            "ref": (f"{args.ref} ({commit})", Path(tmp), ref_target),
-            "tree": ("working tree", ROOT, ref_target if args.same_env else fast_target(ROOT)),
+            "ref": prepared(f"{args.ref} ({commit})", Path(tmp), args.same_env, ref_target),
+            "tree": prepared("working tree", ROOT, args.same_env, ref_target if args.same_env else fast_target(ROOT)),
         }
         times: dict[str, list[tuple[float, float]]] = {"ref": [], "tree": []}
         for round_ in range(args.rounds):
             for which in ("ref", "tree") if round_ % 2 == 0 else ("tree", "ref"):
-                label, tree, target = trees[which]
-                result = timed(f"round {round_ + 1}, {label}", tree, args.same_env, target)
+                label, tree, env, target = trees[which]
+                result = timed(f"round {round_ + 1}, {label}", tree, env, target)
                 if result is None:
                     raise SystemExit("no ratio: a run stopped while collecting its tests (above)")
                 times[which].append(result)

@@ -40,6 +40,7 @@ LAYERS = [
         "copy_tables",
         "configured_plots",
         "secondary_v2",
+        "plan_v3_review",
     },  # queries and pictures over stores
     {"__main__", "__init__"},
 ]
@@ -52,6 +53,7 @@ STORE_CONSUMERS = [
     "real_model.py",
     "configured_analysis.py",
     "configured_plots.py",
+    "plan_v3_review.py",
     "widgets/trained.py",
     "widgets/trained_figure.py",
 ]

@@ -102,6 +102,25 @@ def sums_fingerprint(root: Path) -> str | None:
     return hashlib.sha256(sums.read_bytes()).hexdigest()[:16] if sums.is_file() else None
 
 
+def folder_fingerprint(root: Path) -> str:
+    """A short hash of what a load of the model folder ``root`` reads: every regular file directly in it
+    (links followed, as a hub snapshot's files are links; hidden files, subfolders and SHA256SUMS aside),
+    each hashed in full, streamed, once. The lines hashed are :func:`sha256sums`' lines, so a verified
+    converted folder gives its :func:`sums_fingerprint`, and two folders of one name but other files
+    (weights, config or tokenizer) never give one value."""
+    root = Path(root)
+    lines = []
+    for path in sorted(root.iterdir()):
+        if path.name.startswith(".") or path.name == SUMS_FILE or not path.is_file():
+            continue
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for piece in iter(lambda: f.read(1 << 20), b""):
+                digest.update(piece)
+        lines.append(f"{digest.hexdigest()}  {path.name}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
+
+
 def verify_sha256sums(root: Path, fix: str) -> None:
     """Check every file under ``root`` against ``root/SHA256SUMS``: a file that is missing, unlisted
     (at any depth, whatever its name) or changed, a link, or a malformed SHA256SUMS (a line unreadable,

@@ -197,3 +197,25 @@ def test_a_file_over_the_hashing_bound_is_refused_unread(tmp_path, monkeypatch):
     with pytest.raises(ValueError) as err:
         files.sha256_file(path, max_bytes=10)
     assert str(err.value) == f"{path} is 11 bytes, over the 10-byte bound: refused"
+
+
+def test_a_folders_fingerprint_hashes_every_file_a_load_reads_and_agrees_with_its_sums(tmp_path):
+    """Issue 44 #1: the key of a measurement's work file. Any file's change changes it, links are followed
+    (a hub snapshot is links), hidden files and SHA256SUMS are not read, and a folder sealed by
+    :func:`files.sha256sums` gives its :func:`files.sums_fingerprint`."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "blob").write_bytes(b"weights")
+    (tmp_path / "m" / "model.safetensors").symlink_to(tmp_path / "blob")
+    first = files.folder_fingerprint(tmp_path / "m")
+    (tmp_path / "m" / ".hidden").write_text("x")
+    (tmp_path / "m" / "SHA256SUMS").write_text("anything")
+    assert files.folder_fingerprint(tmp_path / "m") == first
+    (tmp_path / "blob").write_bytes(b"weightz")
+    assert files.folder_fingerprint(tmp_path / "m") != first
+    sealed = tmp_path / "sealed"
+    sealed.mkdir()
+    for name, text in (("config.json", "{}"), ("model.safetensors", "w"), ("tokenizer.json", "t")):
+        (sealed / name).write_text(text)
+    (sealed / "SHA256SUMS").write_text(files.sha256sums(sealed))
+    assert files.folder_fingerprint(sealed) == files.sums_fingerprint(sealed)

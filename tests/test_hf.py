@@ -370,6 +370,14 @@ def test_a_stopped_measurement_continues_from_its_work_file_to_what_one_run_give
 # ------------------------------------------------------------------- measure-hf: refused before any work
 
 
+@pytest.fixture(autouse=True)
+def work_in_tmp(tmp_path, monkeypatch):
+    """measure-hf's default work folder (runs/pretrained-work) under the test's tmp_path, not the repository's."""
+    from attnres_helpers import paths
+
+    monkeypatch.setattr(paths, "RUNS", tmp_path / "runs")
+
+
 @pytest.fixture
 def llama_dir(tmp_path):
     """A tiny Llama folder (2 layers, context 64), saved as transformers saves one."""
@@ -525,3 +533,56 @@ def test_a_huge_config_json_is_refused_unread(llama_dir, cli):
         f.truncate(8 << 20)  # sparse: what it holds is never read
     out = cli("measure-hf", "--model", str(llama_dir), "--lengths", "1", "--windows", "1", "--json")
     assert out.stderr.splitlines() == [f"error: {config} is {8 << 20} bytes, larger than any config (4 MiB at most)"]
+
+
+def test_a_folder_whose_weights_changed_is_measured_again_not_summed_from_its_work_file(llama_dir, tmp_path, cli):
+    """Issue 44 #1: a user's folder has no SHA256SUMS; its work file is keyed by a hash of the files a load
+    reads, so new weights in the same folder (same name, same settings) are measured, never the old sums."""
+    from attnres_helpers.store import load_profiles
+
+    store, work = tmp_path / "s.safetensors", tmp_path / "work"
+    first = cli(*_store_args(llama_dir, store), "--work", str(work))
+    assert first.returncode == 0, first.stderr
+    old = load_profiles(store)[0][0]
+    changed = tiny("llama", "sdpa")
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.mul_(1.5)
+    changed.save_pretrained(llama_dir)
+    again = cli(*_store_args(llama_dir, store), "--work", str(work))
+    assert again.stdout.splitlines() == [f"{store}: replaced tiny-llama; kept 0 other runs"], again.stderr
+    new = load_profiles(store)[0][0]
+    assert new.meta["weights"] != old.meta["weights"] and not torch.equal(new.s_hat, old.s_hat)
+    fresh = tmp_path / "fresh.safetensors"
+    assert cli(*_store_args(llama_dir, fresh), "--work", str(tmp_path / "fresh-work")).returncode == 0
+    assert torch.equal(load_profiles(fresh)[0][0].s_hat, new.s_hat)
+
+
+def test_a_work_file_needs_the_weights_it_sums(tmp_path):
+    """Issue 44 #1: measure_store's work file is keyed by meta's weights; without them it is refused."""
+    from attnres_helpers.hf.pretrained import measure_store
+
+    meta = {"encoding": "rope", "seed": 0, "train_len": 32}
+    with pytest.raises(ValueError, match="names no weights"):
+        measure_store(
+            tiny("llama", "sdpa"), "m", meta, [32], n_windows=1, work=tmp_path / "w.safetensors", progress=False
+        )
+    assert not (tmp_path / "w.safetensors").exists()
+
+
+def test_a_work_file_named_before_weights_keyed_it_continues_only_for_its_own_weights(llama_dir, tmp_path, cli):
+    """Issue 44 #1: a work file of the same weights named the old way (no weights in its name) is taken
+    over, so a registry measurement stopped before continues; one of other weights, or unreadable, is not."""
+    from attnres_helpers.files import folder_fingerprint
+    from attnres_helpers.hf.pretrained import work_file
+
+    store, work, weights = tmp_path / "s.safetensors", tmp_path / "work", folder_fingerprint(llama_dir)
+    assert cli(*_store_args(llama_dir, store), "--work", str(work)).returncode == 0
+    keyed, unkeyed = work_file(store, "tiny-llama", work, weights), work_file(store, "tiny-llama", work)
+    keyed.replace(unkeyed)
+    assert cli(*_store_args(llama_dir, store), "--work", str(work)).returncode == 0
+    assert keyed.is_file() and not unkeyed.exists()  # taken over: its settings name these weights
+    unkeyed.write_bytes(b"")
+    keyed.unlink()
+    assert cli(*_store_args(llama_dir, store), "--work", str(work)).returncode == 0
+    assert keyed.is_file() and unkeyed.read_bytes() == b""  # not this folder's: left alone

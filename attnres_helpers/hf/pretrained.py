@@ -27,7 +27,7 @@ from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
 from ..data import eval_windows, load_splits
-from ..files import exclusive, save_safetensors, sums_fingerprint
+from ..files import exclusive, folder_fingerprint, save_safetensors, sums_fingerprint
 from ..measure import WINDOW_MEANS, mean_over_windows
 from ..model import blockwise_causal_mask
 from ..store import Profile, average_heads, profile_of_means, save_profiles
@@ -216,9 +216,14 @@ def measure_store(
         "method": method,
         "tokens": len(ids),
         "bos": bos,
-        "weights": meta.get("weights"),  # two models of one name never share a work file's sums
+        "weights": meta.get("weights"),  # a hash of the files loaded: two models of one name never share sums
         "train_len": L,
     }
+    if work and not meta.get("weights"):
+        raise ValueError(
+            f"meta names no weights: the work file {work} is keyed by them (a hash of the files loaded), "
+            "so that other weights never reuse its sums"
+        )
     done, sums = _read_work(Path(work)) if work else ({}, {})
     if done and done.get("settings") != settings:
         raise ValueError(f"work file {work} was written by a measurement with other settings; delete it or use another")
@@ -385,14 +390,32 @@ def bos_runs(run: str, bos: str, tokenizer_bos: int | None) -> list[tuple[str, i
     }[bos]
 
 
-def work_file(store: Path, run: str, work: Path | None = None) -> Path:
+def work_file(store: Path, run: str, work: Path | None = None, weights: str | None = None) -> Path:
     """Where ``run``'s window sums go while ``store`` is measured: ``<work>/<store name>-<hash of the store's
-    full path>.<run>.safetensors`` (default folder runs/pretrained-work/), so two stores of one name, or two
-    runs of one store, never share one."""
+    full path>.<run>[.<weights>].safetensors`` (default folder runs/pretrained-work/), so two stores of one
+    name, two runs of one store, or two sets of weights measured under one name (``weights``: the hash of
+    the files loaded) never share one."""
     from ..paths import RUNS
 
     digest = hashlib.sha256(str(Path(store).resolve()).encode()).hexdigest()[:8]
-    return (Path(work) if work else RUNS / "pretrained-work") / f"{Path(store).stem}-{digest}.{run}.safetensors"
+    name = f"{Path(store).stem}-{digest}.{run}" + (f".{weights}" if weights else "")
+    return (Path(work) if work else RUNS / "pretrained-work") / f"{name}.safetensors"
+
+
+def _adopt_unkeyed_work(store: Path, run: str, work: Path | None, weights: str) -> None:
+    """A work file named before work files were named by their weights (``work_file`` without ``weights``)
+    becomes ``weights``' work file where its settings name these weights (a registry model's were always
+    there), so a measurement stopped before continues; one of other weights, of none, or unreadable, is
+    left alone."""
+    old, new = work_file(store, run, work), work_file(store, run, work, weights)
+    if new.exists() or not old.is_file():
+        return
+    try:
+        settings = _read_work(old)[0].get("settings", {})
+    except ValueError:  # unreadable: not this measurement's to take over
+        return
+    if settings.get("weights") == weights:
+        old.replace(new)
 
 
 MEASURE_HF = "python -m attnres_helpers measure-hf"  # how a store's about names this command
@@ -477,18 +500,34 @@ def measure_pretrained_store(
     L, Ts, bca_Ts = _planned(folder, multiples, bca_multiples, n_windows, method, train_len)
     name = entry.name if entry is not None else folder.name
     runs = bos_runs(name, bos, load_tokenizer(folder).bos_token_id if bos != "none" else None)
+    # the key of the work files: what is loaded, hashed once (a registry folder was just verified against its
+    # SHA256SUMS, whose hash is the same value; a user's folder has none, and its files are hashed)
+    weights = sums_fingerprint(folder) if entry is not None else folder_fingerprint(folder)
     for run, _ in runs:
-        if work_file(store, run, work).resolve() == store.resolve():
-            raise ValueError(f"work file {work_file(store, run, work)} is the store itself; give another --work")
+        if work_file(store, run, work, weights).resolve() == store.resolve():
+            raise ValueError(
+                f"work file {work_file(store, run, work, weights)} is the store itself; give another --work"
+            )
     with exclusive(store):
         kept, window_values, commands, replaced = _kept_runs(store, [run for run, _ in runs])
         model, ids, common = _loaded(folder, name, L, Ts, n_windows)
-        common.update(weights=sums_fingerprint(folder), config={k: getattr(model.config, k, None) for k in CONFIG_KEYS})
+        common.update(weights=weights, config={k: getattr(model.config, k, None) for k in CONFIG_KEYS})
         profiles = []
         for run, bos_id in runs:
+            _adopt_unkeyed_work(store, run, work, weights)
             meta = {**common, "bos": "first" if bos_id is not None else "none", "bos_id": bos_id}
             got, values = measure_store(
-                model, run, meta, Ts, bca_Ts, n_windows, work_file(store, run, work), method, progress, ids, bos_id
+                model,
+                run,
+                meta,
+                Ts,
+                bca_Ts,
+                n_windows,
+                work_file(store, run, work, weights),
+                method,
+                progress,
+                ids,
+                bos_id,
             )
             profiles += got
             window_values.update(values)

@@ -586,3 +586,51 @@ def test_a_work_file_named_before_weights_keyed_it_continues_only_for_its_own_we
     keyed.unlink()
     assert cli(*_store_args(llama_dir, store), "--work", str(work)).returncode == 0
     assert keyed.is_file() and unkeyed.read_bytes() == b""  # not this folder's: left alone
+
+
+@pytest.fixture
+def registry_first(llama_dir, monkeypatch):
+    """A registry entry "tiny-first" whose policy is BOS first, converted into ``llama_dir`` (sealed with a
+    SHA256SUMS), its tokenizer's BOS id 1: the tiny Llama measured as Gemma is."""
+    import dataclasses
+    import types
+
+    from attnres_helpers.files import sha256sums
+    from attnres_helpers.hf import fetch, models, pretrained
+
+    (llama_dir / "SHA256SUMS").write_text(sha256sums(llama_dir))
+    entry = dataclasses.replace(models.GEMMA3, name="tiny-first", context=CTX)
+    monkeypatch.setitem(models.PRETRAINED_MODELS, entry.name, entry)
+    monkeypatch.setattr(fetch, "verify", lambda entry, folder=None: llama_dir)
+    monkeypatch.setattr(pretrained, "load_tokenizer", lambda folder: types.SimpleNamespace(bos_token_id=1))
+    return entry.name
+
+
+def test_bos_none_never_stores_a_run_under_the_bos_first_runs_name(registry_first, tmp_path, cli):
+    """Issue 44 #3: for a model whose policy puts BOS first, the run named after the model is its BOS-first
+    run; `--bos none` measures the form without BOS under its own name (as --bos both names it)."""
+    from attnres_helpers.store import load_profiles
+
+    store = tmp_path / "s.safetensors"
+    out = cli(*_store_args(registry_first, store), "--work", str(tmp_path / "w"))
+    assert out.stdout.splitlines() == [f"{store}: added tiny-first, tiny-first-no-bos; kept 0 other runs"], out.stderr
+    out = cli(*_store_args(registry_first, store), "--work", str(tmp_path / "w"), "--bos", "none")
+    assert out.stdout.splitlines() == [f"{store}: replaced tiny-first-no-bos; kept 1 other run (tiny-first)"]
+    assert {(p.run, p.meta["bos"]) for p in load_profiles(store)[0]} == {
+        ("tiny-first", "first"),
+        ("tiny-first-no-bos", "none"),
+    }
+
+
+def test_a_run_of_another_bos_policy_under_a_stored_runs_name_is_refused(registry_first, llama_dir, tmp_path, cli):
+    """Issue 44 #3: a folder's run is named after the folder whatever --bos says; a store holding that run
+    measured under another BOS policy is refused before loading, and keeps it."""
+    store = tmp_path / "s.safetensors"
+    assert cli(*_store_args(llama_dir, store), "--work", str(tmp_path / "w")).returncode == 0
+    before = store.read_bytes()
+    out = cli(*_store_args(llama_dir, store), "--work", str(tmp_path / "w"), "--bos", "first")
+    assert out.returncode == 1 and out.stderr.splitlines() == [
+        f"error: {store} holds the run tiny-llama measured with no BOS; --bos first would replace it with "
+        "another BOS policy under the same name: give the --bos it was measured with, or another --store"
+    ]
+    assert store.read_bytes() == before

@@ -377,15 +377,19 @@ def save_reduced(
 BOS_FORMS = ("first", "none", "both")  # windows with the model's BOS first, without, or both (two runs)
 
 
-def bos_runs(run: str, bos: str, tokenizer_bos: int | None) -> list[tuple[str, int | None]]:
+def bos_runs(
+    run: str, bos: str, tokenizer_bos: int | None, first_by_policy: bool = False
+) -> list[tuple[str, int | None]]:
     """The (run name, BOS id or None) pairs that ``bos`` asks for: "both" measures the BOS-first form as
-    ``run`` and the form without as ``run-no-bos``, on the same text windows."""
+    ``run`` and the form without as ``run-no-bos``, on the same text windows. ``first_by_policy``: the
+    model's policy puts BOS first (a registry entry's), so ``run`` names its BOS-first form and "none"
+    alone is ``run-no-bos`` too, never ``run``."""
     _check_choice("bos", bos, BOS_FORMS)
     if bos != "none" and tokenizer_bos is None:
         raise ValueError(f"{run}: --bos {bos} asks for a BOS token, but the tokenizer has none")
     return {
         "first": [(run, tokenizer_bos)],
-        "none": [(run, None)],
+        "none": [(f"{run}-no-bos" if first_by_policy else run, None)],
         "both": [(run, tokenizer_bos), (f"{run}-no-bos", None)],
     }[bos]
 
@@ -437,9 +441,14 @@ def _check_store_path(store: str | Path, folder: Path, work: Path | None) -> Pat
     return store
 
 
-def _kept_runs(store: Path, runs: Sequence[str]) -> tuple[list[Profile], dict, dict, bool]:
+def _kept_runs(
+    store: Path, runs: Sequence[str], policies: dict[str, str] | None = None, bos: str = ""
+) -> tuple[list[Profile], dict, dict, bool]:
     """The profiles, window values and commands of ``store``'s runs other than ``runs``, and whether it
-    holds one of ``runs`` (nothing for a new store); a store this command did not make is refused."""
+    holds one of ``runs`` (nothing for a new store); a store this command did not make is refused, and so
+    is one holding a run of ``runs`` measured under another BOS policy than ``policies`` gives it ("first"
+    or "none"; a run from before BOS was recorded was measured without; ``bos``: the --bos asked, for the
+    message), so that a run's name keeps saying how it was measured."""
     from .. import configured_store
     from ..store import load_profiles, load_window_values
 
@@ -454,6 +463,15 @@ def _kept_runs(store: Path, runs: Sequence[str]) -> tuple[list[Profile], dict, d
             f"{store} is a store of another kind (made by `{made_by}`); "
             "measure-hf adds runs only to a store it made: give another --store"
         )
+    for p in profiles:
+        stored, asked = p.meta.get("bos") or "none", (policies or {}).get(p.run)
+        if asked is not None and stored != asked:
+            said = {"first": "with BOS first", "none": "with no BOS"}
+            raise ValueError(
+                f"{store} holds the run {p.run} measured {said.get(stored, f'with bos {stored!r}')}; --bos {bos} "
+                "would replace it with another BOS policy under the same name: give the --bos it was measured "
+                "with, or another --store"
+            )
     kept = [p for p in profiles if p.run not in runs]
     values = {key: v for key, v in load_window_values(store).items() if key.split("/")[0] not in runs}
     commands = about.get("commands") or {p.run: made_by for p in profiles}
@@ -499,7 +517,9 @@ def measure_pretrained_store(
     store = _check_store_path(store, folder, work)
     L, Ts, bca_Ts = _planned(folder, multiples, bca_multiples, n_windows, method, train_len)
     name = entry.name if entry is not None else folder.name
-    runs = bos_runs(name, bos, load_tokenizer(folder).bos_token_id if bos != "none" else None)
+    first_by_policy = entry is not None and entry.bos == "first"
+    runs = bos_runs(name, bos, load_tokenizer(folder).bos_token_id if bos != "none" else None, first_by_policy)
+    policies = {run: "first" if bos_id is not None else "none" for run, bos_id in runs}
     # the key of the work files: what is loaded, hashed once (a registry folder was just verified against its
     # SHA256SUMS, whose hash is the same value; a user's folder has none, and its files are hashed)
     weights = sums_fingerprint(folder) if entry is not None else folder_fingerprint(folder)
@@ -509,7 +529,7 @@ def measure_pretrained_store(
                 f"work file {work_file(store, run, work, weights)} is the store itself; give another --work"
             )
     with exclusive(store):
-        kept, window_values, commands, replaced = _kept_runs(store, [run for run, _ in runs])
+        kept, window_values, commands, replaced = _kept_runs(store, [run for run, _ in runs], policies, bos)
         model, ids, common = _loaded(folder, name, L, Ts, n_windows)
         common.update(weights=weights, config={k: getattr(model.config, k, None) for k in CONFIG_KEYS})
         profiles = []

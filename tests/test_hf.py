@@ -634,3 +634,23 @@ def test_a_run_of_another_bos_policy_under_a_stored_runs_name_is_refused(registr
         "another BOS policy under the same name: give the --bos it was measured with, or another --store"
     ]
     assert store.read_bytes() == before
+
+
+def test_a_work_folder_inside_a_model_folder_or_the_model_cache_is_refused(
+    llama_dir, tmp_path, cli, nothing_loaded, monkeypatch
+):
+    """Issue 44 #5: window sums written into a verified converted folder would make every later load fail
+    ("not listed in SHA256SUMS"); a work folder inside the model folder or the model cache is refused."""
+    from attnres_helpers import paths
+
+    monkeypatch.setattr(paths, "CACHE", tmp_path / "cache")
+    for work, where in (
+        (llama_dir, f"the model folder {llama_dir}"),
+        (llama_dir / "sums", f"the model folder {llama_dir}"),
+        (tmp_path / "cache" / "elsewhere", f"the model cache {tmp_path / 'cache'}"),
+    ):
+        out = cli(*_store_args(llama_dir, tmp_path / "s.safetensors"), "--work", str(work))
+        assert out.returncode == 1 and out.stderr.splitlines() == [
+            f"error: work folder {work} is inside {where}; give a --work outside it"
+        ]
+    assert not (llama_dir / "sums").exists() and not (tmp_path / "cache").exists()

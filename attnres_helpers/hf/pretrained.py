@@ -426,7 +426,8 @@ MEASURE_HF = "python -m attnres_helpers measure-hf"  # how a store's about names
 
 
 def _check_store_path(store: str | Path, folder: Path, work: Path | None) -> Path:
-    """``store`` as a path a store can be written to, beside the model folder, not the work folder."""
+    """``store`` as a path a store can be written to, beside the model folder, not the work folder; and
+    ``work`` a folder outside the model folder and the model cache."""
     if str(store) == "":
         raise ValueError("the store path is empty; give a store file, e.g. name.safetensors")
     store = Path(store)
@@ -438,6 +439,13 @@ def _check_store_path(store: str | Path, folder: Path, work: Path | None) -> Pat
         raise ValueError(f"work folder {work} is the store itself; it names a folder for the window sums")
     if work is not None and Path(work).exists() and not Path(work).is_dir():
         raise ValueError(f"work folder {work} is a file; it names a folder for the window sums")
+    if work is not None:
+        from .. import paths
+
+        # sums written into a verified converted folder would make its every later load fail
+        for inside, where in ((folder, "the model folder"), (paths.CACHE, "the model cache")):
+            if Path(work).resolve().is_relative_to(Path(inside).resolve()):
+                raise ValueError(f"work folder {work} is inside {where} {inside}; give a --work outside it")
     return store
 
 

@@ -654,3 +654,26 @@ def test_a_work_folder_inside_a_model_folder_or_the_model_cache_is_refused(
             f"error: work folder {work} is inside {where}; give a --work outside it"
         ]
     assert not (llama_dir / "sums").exists() and not (tmp_path / "cache").exists()
+
+
+def test_the_command_a_store_records_measures_the_same_lengths_again(llama_dir, tmp_path, cli):
+    """Issue 44 #6: the recorded command wrote --lengths with 6 significant digits (0.008056640625 became
+    0.00805664: 32 tokens at L = 4096, not 33); lengths are written so that they read back exactly, and the
+    command, run again as recorded, measures the same lengths."""
+    import shlex
+
+    from attnres_helpers.store import load_profiles
+
+    store = tmp_path / "a store.safetensors"
+    args = ("--train-len", "4096", "--lengths", "0.008056640625,0.0078125", "--bca", "0.008056640625")
+    out = cli("measure-hf", "--model", str(llama_dir), "--windows", "1", "--store", str(store), *args)
+    assert out.returncode == 0, out.stderr
+    profiles, about = load_profiles(store)
+    assert sorted({p.eval_len for p in profiles}) == [32, 33] and about["lengths"] == [33, 32]
+    recorded = shlex.split(about["command"])
+    assert recorded[:3] == ["python", "-m", "attnres_helpers"]
+    assert recorded[recorded.index("--lengths") + 1] == "0.008056640625,0.0078125"
+    again = cli(*recorded[3:])
+    assert again.returncode == 0, again.stderr
+    assert load_profiles(store)[1]["lengths"] == [33, 32]
+    assert {(p.eval_len, p.bca) for p in load_profiles(store)[0]} == {(32, False), (33, False), (33, True)}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -425,6 +426,12 @@ def _adopt_unkeyed_work(store: Path, run: str, work: Path | None, weights: str) 
 MEASURE_HF = "python -m attnres_helpers measure-hf"  # how a store's about names this command
 
 
+def _exact(multiples: Sequence[float]) -> str:
+    """Multiples of L as a recorded command writes them: each reads back as the same float (``:g`` where
+    that is exact, e.g. 0.125 or 2, else the shortest exact form), so the command measures the same lengths."""
+    return ",".join(f"{k:g}" if float(f"{k:g}") == k else repr(float(k)) for k in multiples)
+
+
 def _check_store_path(store: str | Path, folder: Path, work: Path | None) -> Path:
     """``store`` as a path a store can be written to, beside the model folder, not the work folder; and
     ``work`` a folder outside the model folder and the model cache."""
@@ -560,9 +567,10 @@ def measure_pretrained_store(
             profiles += got
             window_values.update(values)
         command = (
-            f"{MEASURE_HF} --model {name_or_path} --train-len {L} --lengths {','.join(f'{k:g}' for k in multiples)}"
-            + (f" --bca {','.join(f'{k:g}' for k in bca_multiples)}" if bca_multiples else "")
-            + f" --windows {n_windows} --method {method} --store {store} --per-head-up-to {per_head_up_to} --bos {bos}"
+            f"{MEASURE_HF} --model {shlex.quote(str(name_or_path))} --train-len {L} --lengths {_exact(multiples)}"
+            + (f" --bca {_exact(bca_multiples)}" if bca_multiples else "")
+            + f" --windows {n_windows} --method {method} --store {shlex.quote(str(store))}"
+            + f" --per-head-up-to {per_head_up_to} --bos {bos}"
         )
         about = {
             "command": command,

@@ -253,3 +253,32 @@ def test_measure_pretrained_arguments_are_checked_before_loading(llama_folder, m
     with pytest.raises(ValueError) as err:
         pretrained.measure_pretrained(llama_folder, **kwargs)
     assert str(err.value) == message
+
+
+def test_a_folder_without_tokenizer_files_is_one_line(tmp_path, no_hub):
+    """Issue 44 #10: a model whose vocabulary is not bytes needs the folder's tokenizer; without one,
+    transformers gave five lines of advice about sentencepiece and tiktoken. One line naming the folder."""
+    import transformers
+
+    from attnres_helpers.hf.folders import load_tokenizer
+
+    folder = tmp_path / "no-tokenizer"
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=300
+    )
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    expected = (
+        f"model folder {folder} has no tokenizer (none of tokenizer.json, tokenizer.model, vocab.json, "
+        "vocab.txt, spiece.model, tokenizer_config.json); copy the model's tokenizer files into it"
+    )
+    with pytest.raises(ValueError) as err:
+        load_tokenizer(folder)
+    assert str(err.value) == expected
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["measure-hf", "--model", str(folder), "--lengths", "1", "--train-len", "8", "--windows", "1"])
+    assert one_line(exit_info) == f"error: {expected}"
+    (folder / "tokenizer.json").write_text("{not json")  # present but broken: transformers' reason, in one line
+    with pytest.raises(ValueError) as err:
+        load_tokenizer(folder)
+    assert str(err.value).startswith(f"{folder}: cannot load its tokenizer (") and len(str(err.value).splitlines()) == 1

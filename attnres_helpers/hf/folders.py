@@ -18,12 +18,31 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
 
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "tokenizer_config.json",
+)
+
+
 def load_tokenizer(folder: str | Path):
-    """A model folder's tokenizer, offline, never running code of the folder's own (``auto_map`` refused)."""
+    """A model folder's tokenizer, offline, never running code of the folder's own (``auto_map`` refused);
+    a folder with none of :data:`TOKENIZER_FILES`, or one `transformers` cannot load, is one line naming it."""
     from transformers import AutoTokenizer
 
     refuse_custom_code(Path(folder))
-    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+    if Path(folder).is_dir() and not any((Path(folder) / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(
+            f"model folder {folder} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+            "copy the model's tokenizer files into it"
+        )
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+    except Exception as err:  # transformers' own errors, of any kind and length: one line
+        raise ValueError(f"{folder}: cannot load its tokenizer ({type(err).__name__}: {first_line(err)})") from None
 
 
 CODE_FILES = ("config.json", "tokenizer_config.json")  # where a folder can name code of its own (auto_map)

@@ -356,7 +356,9 @@ def cmd_results(args: argparse.Namespace) -> None:
         raise ValueError("--store must name a store file, got an empty string")
     path = args.store or STORE
     from . import configured_store
+    from .files import regular_file
 
+    regular_file(path, "measurement store")  # before any open: a named pipe would block it
     if configured_store.is_configured_store(path):
         if args.boundary != "zero":
             raise ValueError("a configurations store keeps R under the boundary 'zero' only (plan v3)")

@@ -66,6 +66,29 @@ def write_text_atomic(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
+def regular_file(path: Path, what: str) -> Path:
+    """``path``, checked to be a regular file (a link to one is followed) before anything opens it: a named
+    pipe would block the open forever, and a folder or a device is no store. Missing: FileNotFoundError
+    "``<what> <path>`` is missing"; anything else: ValueError "``<what> <path>`` is a named pipe, not a
+    regular file; give a regular file" (a folder, a socket, a device)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what} {path} is missing") from None
+    if not stat.S_ISREG(mode):
+        kind = (
+            "a folder"
+            if stat.S_ISDIR(mode)
+            else "a named pipe"
+            if stat.S_ISFIFO(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a device"
+        )
+        raise ValueError(f"{what} {path} is {kind}, not a regular file; give a regular file")
+    return Path(path)
+
+
 MAX_HASHED_BYTES = 2 << 30  # no file this project verifies is near 2 GiB; anything larger is refused unread
 SUMS_FILE = "SHA256SUMS"
 MAX_SUMS_BYTES = 1 << 24  # a SHA256SUMS lists a few files: 16 MiB is far past any real one

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from .files import save_safetensors
+from .files import regular_file, save_safetensors
 from .masks import Mask
 from .metric import (
     BOUNDARIES,
@@ -363,7 +363,7 @@ def load_curves(path: str | Path) -> dict[tuple[str, bool], CopyCurve]:
     not ``<run>/copy/<0|1>``, with gaps not distinct integers >= 0, or NLLs not finite ``(gaps, probes)``
     floats is an error naming the store and the curve."""
     out = {}
-    with safe_open(Path(path), framework="pt") as f:
+    with safe_open(regular_file(path, "measurement store"), framework="pt") as f:
         for name in sorted(n for n in f.keys() if n.endswith("/gaps")):
             prefix = name[: -len("/gaps")]
             try:
@@ -394,7 +394,7 @@ def load_window_values(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
     """The per-window values of a store (:func:`save_profiles`' ``window_values``) by profile key, float64;
     {} for a store without them. Every value of one profile has one entry per window."""
     out: dict[str, dict[str, torch.Tensor]] = {}
-    with safe_open(Path(path), framework="pt") as f:
+    with safe_open(regular_file(path, "measurement store"), framework="pt") as f:
         for name in sorted(n for n in f.keys() if "/window/" in n):
             parts = name.split("/")
             key, value = "/".join(parts[:3]), parts[-1]
@@ -414,9 +414,7 @@ def load_window_values(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
 
 def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
     """(profiles, about) from a store file; a missing, corrupt or inconsistent file raises an error naming it."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"measurement store {path} is missing")
+    path = regular_file(path, "measurement store")
     try:
         with safe_open(path, framework="pt") as f:
             header = json.loads((f.metadata() or {})[HEADER_KEY])

@@ -677,3 +677,33 @@ def test_the_command_a_store_records_measures_the_same_lengths_again(llama_dir, 
     assert again.returncode == 0, again.stderr
     assert load_profiles(store)[1]["lengths"] == [33, 32]
     assert {(p.eval_len, p.bca) for p in load_profiles(store)[0]} == {(32, False), (33, False), (33, True)}
+
+
+def test_a_store_or_work_file_that_is_a_named_pipe_is_refused_before_loading(llama_dir, tmp_path, cli, nothing_loaded):
+    """Issue 44 #11: measure-hf opened an existing --store to read its runs; a named pipe would block."""
+    import os
+
+    from attnres_helpers.files import folder_fingerprint
+    from attnres_helpers.hf.pretrained import work_file
+
+    store = tmp_path / "pipe.safetensors"
+    os.mkfifo(store)
+    held = os.open(store, os.O_RDWR | os.O_NONBLOCK)  # a reader that opened it anyway would not block
+    try:
+        out = cli(*_store_args(llama_dir, store), "--work", str(tmp_path / "w"))
+    finally:
+        os.close(held)
+    assert out.returncode == 1 and out.stderr.splitlines() == [
+        f"error: store {store} is a named pipe, not a regular file; give a regular file"
+    ]
+    pipe = work_file(tmp_path / "s.safetensors", "tiny-llama", tmp_path / "w", folder_fingerprint(llama_dir))
+    pipe.parent.mkdir()
+    os.mkfifo(pipe)
+    held = os.open(pipe, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        out = cli(*_store_args(llama_dir, tmp_path / "s.safetensors"), "--work", str(tmp_path / "w"))
+    finally:
+        os.close(held)
+    assert out.returncode == 1 and out.stderr.splitlines() == [
+        f"error: work file {pipe} is a named pipe, not a regular file; give a regular file"
+    ]

@@ -67,3 +67,18 @@ def test_measure_sinks_has_one_entry_per_arrangement_of_the_policy_and_reads_bac
     (tmp_path / "bad.safetensors").write_bytes(b"junk")
     with pytest.raises(ValueError, match="is missing, corrupt or not a sinks file"):
         load_sinks(tmp_path / "bad.safetensors")
+
+
+def test_a_sinks_file_that_is_a_named_pipe_is_refused_unopened(tmp_path):
+    """Issue 44 #11: a named pipe is refused before it is opened (an open would block)."""
+    import os
+
+    path = tmp_path / "pipe.safetensors"
+    os.mkfifo(path)
+    held = os.open(path, os.O_RDWR | os.O_NONBLOCK)  # a reader that opened it anyway would not block
+    try:
+        with pytest.raises(ValueError) as err:
+            load_sinks(path)
+    finally:
+        os.close(held)
+    assert str(err.value) == f"sinks file {path} is a named pipe, not a regular file; give a regular file"

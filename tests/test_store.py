@@ -722,3 +722,34 @@ def test_a_store_refuses_an_nll_past_float32s_range(profile, tmp_path):
             as_stored([huge], dtype)
         assert str(err.value) == message
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    """A named pipe with a writer's end held open by the test, so that a reader that opened it would not
+    block (the test fails rather than hangs); every store reader must refuse it unread."""
+    import os
+
+    path = tmp_path / "pipe.safetensors"
+    os.mkfifo(path)
+    held = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    yield path
+    os.close(held)
+
+
+def test_a_store_that_is_not_a_regular_file_is_refused_unopened(cli, fifo, tmp_path):
+    """Issue 44 #11: `results --store PIPE` blocked forever (the configurations-store check opened it first).
+    Every reader of a store checks that it is a regular file before opening it: one line, exit 1."""
+    from attnres_helpers.store import load_curves, load_window_values
+
+    message = f"measurement store {fifo} is a named pipe, not a regular file; give a regular file"
+    for read in (load_profiles, load_curves, load_window_values):
+        with pytest.raises(ValueError) as err:
+            read(fifo)
+        assert str(err.value) == message, read
+    out = cli("results", "--store", str(fifo))
+    assert out.returncode == 1 and out.stderr.splitlines() == [f"error: {message}"]
+    out = cli("results", "--store", str(tmp_path))
+    assert out.stderr.splitlines() == [
+        f"error: measurement store {tmp_path} is a folder, not a regular file; give a regular file"
+    ]

@@ -28,7 +28,7 @@ from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
 from ..data import eval_windows, load_splits
-from ..files import exclusive, folder_fingerprint, save_safetensors, sums_fingerprint
+from ..files import exclusive, folder_fingerprint, regular_file, save_safetensors, sums_fingerprint
 from ..measure import WINDOW_MEANS, mean_over_windows
 from ..model import blockwise_causal_mask
 from ..store import Profile, average_heads, profile_of_means, save_profiles
@@ -168,8 +168,9 @@ def _work_key(T: int, bca: bool) -> str:
 
 
 def _read_work(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    if not path.is_file():
+    if not path.exists():
         return {}, {}
+    regular_file(path, "work file")  # a named pipe would block the open
     try:
         with safe_open(path, framework="pt") as f:
             done = json.loads((f.metadata() or {})["done"])
@@ -440,6 +441,8 @@ def _check_store_path(store: str | Path, folder: Path, work: Path | None) -> Pat
     store = Path(store)
     if store.is_dir():
         raise ValueError(f"store {store} is a folder; give a store file, e.g. {store / 'name.safetensors'}")
+    if store.exists():
+        regular_file(store, "store")  # its runs are read before anything is measured: a named pipe would block
     if store.resolve().is_relative_to(folder.resolve()):
         raise ValueError(f"store {store} is inside the model folder {folder}; write it outside")
     if work is not None and Path(work).resolve() == store.resolve():
@@ -539,6 +542,8 @@ def measure_pretrained_store(
     # SHA256SUMS, whose hash is the same value; a user's folder has none, and its files are hashed)
     weights = sums_fingerprint(folder) if entry is not None else folder_fingerprint(folder)
     for run, _ in runs:
+        if work_file(store, run, work, weights).exists():
+            regular_file(work_file(store, run, work, weights), "work file")  # read before anything is measured
         if work_file(store, run, work, weights).resolve() == store.resolve():
             raise ValueError(
                 f"work file {work_file(store, run, work, weights)} is the store itself; give another --work"

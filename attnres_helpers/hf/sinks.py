@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data import eval_windows
-from ..files import exclusive, save_safetensors
+from ..files import exclusive, regular_file, save_safetensors
 from .attention import capture, layer_scores
 
 ARRANGEMENTS = {
@@ -107,6 +107,7 @@ def load_sinks(path: Path) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
     """(results by model then arrangement, float64, and the header) of a sinks file."""
     from safetensors import SafetensorError, safe_open
 
+    regular_file(path, "sinks file")  # a named pipe would block the open
     try:
         with safe_open(Path(path), framework="pt") as f:
             about = json.loads((f.metadata() or {})[HEADER_KEY])

@@ -14,6 +14,7 @@ python -m attnres_helpers figures                # the explorers' default pictur
 """
 
 import argparse
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -546,6 +547,41 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is, as Ctrl-C's KeyboardInterrupt is."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+@contextlib.contextmanager
+def _stopping_signals_interrupt():
+    """While a command runs, SIGTERM and SIGHUP stop it as Ctrl-C does (:class:`Stopped`, a KeyboardInterrupt),
+    so that every clean-up on that path runs (a conversion's temporary folder, a half-written file) instead of
+    the process dying at once; a signal already ignored (``nohup``) stays so, and the handlers before are
+    back afterwards. Only the main thread can set handlers: elsewhere nothing changes."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Stopped(signal.Signals(signum).name)
+
+    before = {}
+    try:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                before[signum] = signal.signal(signum, stop)
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = OneLineErrorParser(prog="python -m attnres_helpers", description=__doc__.split("\n\n")[0])
@@ -554,11 +590,13 @@ def main(argv: list[str] | None = None) -> None:
     _add_experiment_parsers(subparsers)
     args = parser.parse_args(argv)
     try:
-        args.func(args)
-    except KeyboardInterrupt:
+        with _stopping_signals_interrupt():
+            args.func(args)
+    except KeyboardInterrupt as err:
+        by = f" ({err.signal_name})" if isinstance(err, Stopped) else ""
         sys.exit(
-            "interrupted: finished models and the last checkpoint of each run are kept; "
-            "run the same command again to resume"
+            f"interrupted{by}: what had finished is kept, anything half-written removed; "
+            "run the same command again to continue"
         )
     except (ValueError, TypeError, OSError, RuntimeError) as err:  # OSError covers missing files and bad --out
         sys.exit(f"error: {err}")

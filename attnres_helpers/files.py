@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import glob
 import hashlib
 import os
 import re
+import shutil
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -191,20 +194,33 @@ def exclusive(path: Path) -> Iterator[None]:
     workers are spawned). The file stays after release (unlinking it would race its next taker).
 
     On entry, atomic_write's temporaries beside ``path`` (``.<name>.tmp-<pid>``) whose process is not alive
-    are removed, and a live one's are kept: not every write of a path holds its lock (``save_profiles`` is
-    also called on its own), so a temporary beside a held lock may still be another process's. Among
-    writers that hold the lock, this is race-free: none of them is writing while the lock is taken."""
+    are removed (:func:`remove_dead_temporaries`), and a live one's are kept: not every write of a path
+    holds its lock (``save_profiles`` is also called on its own), so a temporary beside a held lock may
+    still be another process's. Among writers that hold the lock, this is race-free: none of them is
+    writing while the lock is taken."""
     path = Path(path)
     lock = path.with_name(path.name + ".lock")
     fd = _take(lock, path)
     try:
-        for tmp in path.parent.glob(f".{path.name}.tmp-*"):
-            pid = tmp.name.rsplit("-", 1)[-1]
-            if re.fullmatch("[0-9]+", pid) and not _alive(int(pid)):
-                tmp.unlink(missing_ok=True)
+        remove_dead_temporaries(path.parent, f".{glob.escape(path.name)}.tmp-*")
         yield
     finally:
         os.close(fd)
+
+
+def remove_dead_temporaries(folder: Path, pattern: str = ".*.tmp-*") -> None:
+    """Remove the temporaries in ``folder`` matching ``pattern`` (``.<name>.tmp-<pid>``: atomic_write's
+    files, a conversion's folders) whose process is not alive; a live process's are kept, a name whose PID
+    is past any process counts as dead, and one that cannot be removed (a read-only folder) is left."""
+    for tmp in Path(folder).glob(pattern):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if not re.fullmatch("[0-9]+", pid) or _alive(int(pid)):
+            continue
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 PID = "[1-9][0-9]{0,9}"  # a PID as this process writes it into a lock

@@ -157,3 +157,58 @@ def test_fetch_pretrained_force_replaces_the_converted_folder(cli, monkeypatch, 
     assert cli("fetch-pretrained", "--force", SMOLLM2.name).returncode == 0
     assert cli("fetch-pretrained", SMOLLM2.name).returncode == 0
     assert calls == [(SMOLLM2.name, True), (SMOLLM2.name, False)]
+
+
+def test_every_start_that_touches_the_cache_removes_dead_processes_debris(converted):
+    """Issue 44 #15: a conversion killed with kill -9 left .cache/.NAME.tmp-PID/ (517 MB), which only another
+    conversion removed. verify (under every load, measure-hf, sinks, configurations) and ensure (under
+    fetch-pretrained) remove a dead process's temporaries in the cache and its downloads, and keep a live
+    one's; a name whose PID is past any process is a dead one's, not a crash."""
+    cache, folder = converted
+    downloads = fetch.downloads_dir(SMOLLM2, cache)
+    downloads.mkdir(parents=True)
+    dead = [
+        cache / f".{SMOLLM2.name}.tmp-{DEAD}",
+        cache / f".{SMOLLM2.name}.old.tmp-{10**20}",
+        downloads / f".{SMOLLM2.gguf_name}.tmp-{DEAD}",
+    ]
+    live = [cache / f".other.tmp-{os.getpid()}", downloads / f".other.tmp-{os.getppid()}"]
+    for start in (lambda: fetch.verify(SMOLLM2, folder), lambda: fetch.ensure(SMOLLM2, cache)):
+        for path in dead + live:
+            path.mkdir(exist_ok=True)
+            (path / "part").write_bytes(b"x" * 1000)
+        assert start() == folder
+        assert not [p for p in dead if p.exists()] and all(p.is_dir() for p in live)
+
+
+def test_sigterm_ends_a_command_as_sigint_does_and_its_temporaries_go(converted, cli, monkeypatch, tmp_path):
+    """Issue 44 #15: SIGTERM (and SIGHUP) killed a conversion without its clean-up, leaving its temporary
+    folder; they now end a command as Ctrl-C does (one line, status 1, the temporary removed), and the
+    process's own handlers are back afterwards."""
+    cache, folder = converted
+    model = tiny_llama(context=2048)
+    real_save, real_ensure = model.save_pretrained, fetch.ensure
+
+    def terminated(out, **kwargs):
+        real_save(out, **kwargs)
+        signal.raise_signal(signal.SIGTERM)
+        pytest.fail("SIGTERM did not end the conversion")
+
+    def guard(signum, frame):
+        raise AssertionError("SIGTERM reached the test's own handler: the command did not handle it")
+
+    monkeypatch.setattr(model, "save_pretrained", terminated)
+    monkeypatch.setattr(fetch, "_dequantised", lambda gguf: (model, Tokenizer()))
+    monkeypatch.setattr(fetch, "ensure", lambda entry, force: real_ensure(entry, cache, force))
+    previous = signal.signal(signal.SIGTERM, guard)
+    try:
+        out = cli("fetch-pretrained", "--force", SMOLLM2.name)
+        assert signal.getsignal(signal.SIGTERM) is guard
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert out.returncode == 1 and out.stderr.splitlines()[-1] == (  # after save_pretrained's progress bar
+        "interrupted (SIGTERM): what had finished is kept, anything half-written removed; "
+        "run the same command again to continue"
+    )
+    assert sorted(p.name for p in cache.iterdir()) == [SMOLLM2.name]  # the old folder kept, no temporary
+    assert fetch.verify(SMOLLM2, folder) == folder

@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..files import atomic_write, sha256_file, sha256sums, verify_sha256sums, write_text_atomic
+from ..files import atomic_write, remove_dead_temporaries, sha256_file, sha256sums, verify_sha256sums, write_text_atomic
 from ..paths import CACHE
 from .folders import first_line
 from .models import PretrainedModel
@@ -46,21 +46,20 @@ def _temporary(path: Path) -> Path:
 
 def remove_debris(folder: Path) -> None:
     """Remove the temporary files and folders (``.<name>.tmp-<pid>``) that dead processes left in ``folder``
-    (a killed conversion leaves a 538 MB folder, a killed download a wheel); a live process's are kept."""
-    for debris in Path(folder).glob(".*.tmp-*"):
-        pid = debris.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(debris) if debris.is_dir() and not debris.is_symlink() else debris.unlink(missing_ok=True)
+    (a killed conversion leaves a 538 MB folder, a killed download a wheel); a live process's are kept
+    (:func:`files.remove_dead_temporaries`)."""
+    remove_dead_temporaries(folder)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
+def sweep_cache(cache: Path) -> None:
+    """:func:`remove_debris` in the model cache and in each model's downloads folder: run by every start
+    that touches the cache (:func:`verify`, so every load, measurement and fetch), not only a conversion."""
+    remove_debris(cache)
+    downloads = Path(cache) / "downloads"
+    if downloads.is_dir():
+        for folder in downloads.iterdir():
+            if folder.is_dir() and not folder.is_symlink():
+                remove_debris(folder)
 
 
 PR_SET_PDEATHSIG = 1
@@ -231,8 +230,10 @@ def ensure(entry: PretrainedModel, cache: Path = CACHE, force: bool = False) -> 
 
 
 def verify(entry: PretrainedModel, folder: Path | None = None) -> Path:
-    """Check the converted folder against its SHA256SUMS (every file listed, none extra, hashes streamed)."""
+    """Check the converted folder against its SHA256SUMS (every file listed, none extra, hashes streamed),
+    after removing what dead processes left in its cache (:func:`sweep_cache`)."""
     folder = model_dir(entry) if folder is None else Path(folder)
+    sweep_cache(folder.parent)
     if not folder.is_dir():
         raise FileNotFoundError(
             f"the converted model {folder} is missing; make it with `{fetch_command(entry)}` (or `make pretrained`)"

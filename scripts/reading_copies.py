@@ -7,8 +7,12 @@ committed notebook it was copied from, and of the copy as made). On every start:
 - a copy the reader has not changed is replaced when the committed notebook has changed (a ``git pull``);
 - a copy the reader has changed is kept, and one line says so and how to get the new one
   (``python scripts/reading_copies.py --reset NAME``, which replaces it);
-- a copy whose notebook no longer exists is left alone (it is the reader's).
-Writes are atomic: a killed start leaves the old copy or the new one, never half of one.
+- a copy whose notebook no longer exists is left alone (it is the reader's), and so is a copy that is a link
+  or not a file (one line says so);
+- a killed start's temporaries are removed, another start's that is still running kept.
+Writes are atomic: a killed start leaves the old copy or the new one, never half of one. A user error (a
+mistyped ``--root``, ``reading`` not a folder) or a failed write (a read-only folder, a full disk) is one
+line on stderr and status 1.
 
 Usage: python scripts/reading_copies.py [--reset NAME ...] [--root DIR]
 """
@@ -21,7 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-from attnres_helpers.files import atomic_write, sha256_file, write_text_atomic
+from attnres_helpers.files import atomic_write, remove_dead_temporaries, sha256_file, write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ".made-from.json"
@@ -31,22 +35,36 @@ def refresh(root: Path, reset: tuple[str, ...] = ()) -> list[str]:
     """Bring ``root/reading`` up to date with ``root/notebooks`` (the rules above); returns one line per
     action, for the terminal. ``reset`` names copies to replace even if the reader changed them."""
     source_dir, reading = root / "notebooks", root / "reading"
+    if not source_dir.is_dir():
+        raise UserError(f"--root {root} holds no notebooks/ folder; give the repository's folder")
     notebooks = {p.name: p for p in sorted(source_dir.glob("*.ipynb"))}
     unknown = sorted(set(reset) - notebooks.keys())
     if unknown:
         raise SystemExit(f"error: no notebook named {', '.join(unknown)} in {source_dir}")
-    reading.mkdir(exist_ok=True)
-    for debris in reading.glob(".*.tmp-*"):
-        debris.unlink()
+    if reading.is_symlink() or (reading.exists() and not reading.is_dir()):
+        raise UserError(f"{reading} is not a folder; move it away, and the copies are made there")
+    try:
+        reading.mkdir(exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot make {reading}: {err.strerror or err}") from None
+    remove_dead_temporaries(reading)  # a killed start's; a live one's (another start) are its own
     record_path = reading / RECORD
     try:
-        record = json.loads(record_path.read_text()) if record_path.exists() else {}
-    except ValueError:
+        record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    except (ValueError, OSError):
         record = {}  # an unreadable record: every copy counts as the reader's, none is replaced
+    if not isinstance(record, dict):
+        record = {}  # the same for one of another shape
     lines = []
     for name, source in notebooks.items():
         copy, source_hash = reading / name, sha256_file(source)
-        made = record.get(name, {})
+        made = record.get(name) if isinstance(record.get(name), dict) else {}
+        if (copy.is_symlink() or (copy.exists() and not copy.is_file())) and name not in reset:
+            lines.append(
+                f"kept reading/{name}: it is a link or not a file, not a copy made here; to replace it: "
+                f"python scripts/reading_copies.py --reset {name}"
+            )
+            continue
         if copy.exists() and name not in reset:
             if made.get("source") == source_hash:
                 continue  # up to date, changed by the reader or not
@@ -64,12 +82,23 @@ def refresh(root: Path, reset: tuple[str, ...] = ()) -> list[str]:
     return lines
 
 
+class UserError(Exception):
+    """Something the reader can put right: one line on stderr, status 1."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run :func:`refresh`; a user error, or a write that fails (a read-only folder, a full disk: the
+    writes are atomic, so nothing is half-written), is one line on stderr and status 1."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reset", nargs="+", default=(), metavar="NAME", help="replace these copies")
     parser.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this one)")
     args = parser.parse_args(argv)
-    for line in refresh(args.root, tuple(args.reset)):
+    try:
+        lines = refresh(args.root, tuple(args.reset))
+    except (UserError, OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for line in lines:
         print(line)
     return 0
 

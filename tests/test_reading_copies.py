@@ -3,9 +3,10 @@ notebook, a pull reaches the copies the reader has not changed, and a changed co
 unless asked by name."""
 
 import importlib.util
+import sys
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, dead_pid, read_only
 
 _spec = importlib.util.spec_from_file_location("reading_copies", ROOT / "scripts" / "reading_copies.py")
 reading_copies = importlib.util.module_from_spec(_spec)
@@ -53,9 +54,94 @@ def test_a_copy_changed_by_the_reader_stays_when_nothing_was_pulled(repo):
 
 def test_unknown_reset_name_is_one_line_error_and_debris_is_removed(repo):
     reading_copies.refresh(repo)
-    debris = repo / "reading" / ".01_a.ipynb.tmp-12345"  # a killed start's temporary
+    debris = repo / "reading" / f".01_a.ipynb.tmp-{dead_pid()}"  # a killed start's temporary
     debris.write_text("half")
     with pytest.raises(SystemExit, match=r"^error: no notebook named 09_x.ipynb in "):
         reading_copies.refresh(repo, ("09_x.ipynb",))
     reading_copies.refresh(repo)
     assert not debris.exists()
+
+
+def test_only_dead_processes_temporaries_are_removed(repo):
+    """Issue 44 #17: a start removed every .*.tmp-* in reading/, a live writer's too (four starts at once
+    failed with 'cannot write reading/...'); only a dead process's are removed now."""
+    import os
+
+    (repo / "reading").mkdir()
+    live = repo / "reading" / f".01_a.ipynb.tmp-{os.getppid()}"  # another process's, alive
+    dead = repo / "reading" / f".02_b.ipynb.tmp-{dead_pid()}"
+    for path in (live, dead):
+        path.write_text("half")
+    reading_copies.refresh(repo)
+    assert live.read_text() == "half" and not dead.exists()
+
+
+def _run(capsys, *argv):
+    """The script's main: (status, stderr lines), stdout checked to hold no traceback."""
+    try:
+        status = reading_copies.main(list(argv))
+    except SystemExit as exit_:
+        status = exit_.code if isinstance(exit_.code, int) else (print(exit_.code, file=sys.stderr) or 1)
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    return status, out.err.splitlines()
+
+
+def _full_disk(path, write):
+    err = OSError(f"cannot write {path}: No space left on device")  # as files.atomic_write names a failure
+    err.errno = 28
+    raise err
+
+
+@pytest.mark.parametrize(
+    "case", ["missing-root", "reading-is-a-file", "record-is-a-list", "full-disk", "read-only-root"]
+)
+def test_every_user_error_is_one_line_and_nothing_of_the_readers_is_lost(repo, capsys, monkeypatch, case):
+    """Issue 44 #16: each of these gave a traceback; now one line on stderr, status 1, and the reader's
+    files as they were."""
+    root, expected = repo, None
+    if case == "missing-root":
+        root = repo / "mistyped"
+        expected = f"error: --root {root} holds no notebooks/ folder; give the repository's folder"
+    elif case == "reading-is-a-file":
+        (repo / "reading").write_text("my notes")
+        expected = f"error: {repo / 'reading'} is not a folder; move it away, and the copies are made there"
+    elif case == "record-is-a-list":
+        reading_copies.refresh(repo)
+        (repo / "reading" / "01_a.ipynb").write_text("mine")
+        (repo / "reading" / ".made-from.json").write_text("[1, 2]")
+        (repo / "notebooks" / "01_a.ipynb").write_text('{"cells": ["v2"]}')
+        status, lines = _run(capsys, "--root", str(root))
+        assert status == 0 and (repo / "reading" / "01_a.ipynb").read_text() == "mine"  # unrecorded: the reader's
+        assert lines == []
+        return
+    elif case == "full-disk":
+        reading_copies.refresh(repo)
+        (repo / "notebooks" / "01_a.ipynb").write_text('{"cells": ["v2"]}')
+        monkeypatch.setattr(reading_copies, "atomic_write", _full_disk)
+        expected = f"error: cannot write {repo / 'reading' / '01_a.ipynb'}: No space left on device"
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    if case == "read-only-root":
+        with read_only(repo):
+            status, lines = _run(capsys, "--root", str(root))
+        assert status == 1 and len(lines) == 1 and lines[0].startswith("error: ")
+        assert str(repo / "reading") in lines[0]
+    else:
+        status, lines = _run(capsys, "--root", str(root))
+        assert status == 1 and lines == [expected]
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+
+
+def test_a_copy_that_is_a_link_is_kept_and_said(repo, capsys):
+    """Issue 44 #16: a copy that is a symlink (the reader's own arrangement) gave a traceback; it is kept,
+    with one line saying how to replace it."""
+    (repo / "reading").mkdir()
+    (repo / "mine.ipynb").write_text("my notebook")
+    (repo / "reading" / "01_a.ipynb").symlink_to(repo / "mine.ipynb")
+    status, _ = _run(capsys, "--root", str(repo))
+    out = reading_copies.refresh(repo)
+    assert status == 0 and out == [
+        "kept reading/01_a.ipynb: it is a link or not a file, not a copy made here; to replace it: "
+        "python scripts/reading_copies.py --reset 01_a.ipynb"
+    ]
+    assert (repo / "reading" / "01_a.ipynb").is_symlink() and (repo / "mine.ipynb").read_text() == "my notebook"

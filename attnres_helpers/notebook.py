@@ -9,13 +9,16 @@ An answer cell runs under ``with folded_answer():``. Everything it prints or dis
 as one closed HTML disclosure ("Answer: click to open"): Run All computes the answer (so nbval checks its
 numbers against the committed ones) without showing it, opening it is a deliberate click, and the fold is
 part of the output itself, so an autosave cannot open it (a cell's ``outputs_hidden`` flag does not survive
-Run All). Rich outputs (tables) come first, then the printed text. Where HTML is not shown, the plain text
-is the answer itself.
+Run All). Rich outputs come first, each in its richest form (:func:`as_html`: tables, figures and images,
+Markdown, math), then the printed text; a figure the block left open is shown inside too. Where HTML is not
+shown, the plain text is the answer itself.
 """
 
 from __future__ import annotations
 
+import base64
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from html import escape
@@ -60,13 +63,66 @@ def folded_answer(summary: str = SUMMARY) -> Iterator[None]:
     from IPython.display import display
     from IPython.utils.capture import capture_output
 
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    before = set(pyplot.get_fignums()) if pyplot is not None else set()
     try:
         with capture_output(stdout=True, stderr=True, display=True) as captured:
             yield
+            _show_new_figures(before)
     except BaseException:
         captured.show()  # what the block printed before its error, unfolded
         raise
-    rich = tuple(
-        o.data.get("text/html") or f"<pre>{escape(o.data.get('text/plain', ''))}</pre>" for o in captured.outputs
-    )
+    rich = tuple(as_html(o.data, o.metadata) for o in captured.outputs)
     display(fold(captured.stdout + captured.stderr, rich, summary), raw=True)
+
+
+def _show_new_figures(before: set[int]) -> None:
+    """Display, then close, the pyplot figures the block opened and left open: the inline backend would show
+    them after the cell, outside the fold."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    from IPython.display import display
+
+    for number in pyplot.get_fignums():
+        if number not in before:
+            figure = pyplot.figure(number)
+            display(figure)
+            pyplot.close(figure)
+
+
+IMAGES = ("image/png", "image/jpeg", "image/gif")  # kept as base64 in a bundle (bytes in older IPython)
+
+
+def as_html(data: dict, metadata: dict | None = None) -> str:
+    """One displayed output's MIME bundle as HTML inside the fold, its richest form that HTML can carry:
+    HTML itself; an image (a figure) as an ``<img>`` of its own bytes, at the size its metadata gives; SVG;
+    Markdown rendered (mistune, which JupyterLab brings; else the source); LaTeX as its source, which the
+    front end typesets in HTML as it does in Markdown; else the plain text. Never a repr of what has a
+    richer form."""
+    metadata = metadata or {}
+    if "text/html" in data:
+        return data["text/html"]
+    for mime in IMAGES:
+        if mime in data:
+            encoded = data[mime]
+            if isinstance(encoded, bytes):
+                encoded = base64.b64encode(encoded).decode("ascii")
+            size = metadata.get(mime) or {}
+            attributes = "".join(f' {k}="{int(size[k])}"' for k in ("width", "height") if k in size)
+            return f'<img src="data:{mime};base64,{encoded}"{attributes}/>'
+    if "image/svg+xml" in data:
+        return data["image/svg+xml"]
+    if "text/markdown" in data:
+        return _markdown_html(data["text/markdown"])
+    if "text/latex" in data:
+        return f"<div>{escape(data['text/latex'])}</div>"
+    return f"<pre>{escape(data.get('text/plain', ''))}</pre>"
+
+
+def _markdown_html(text: str) -> str:
+    try:
+        import mistune
+    except ImportError:  # pragma: no cover (JupyterLab's nbconvert brings it)
+        return f"<pre>{escape(text)}</pre>"
+    return mistune.create_markdown(plugins=["math"])(text)

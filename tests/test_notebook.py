@@ -80,3 +80,42 @@ def test_no_code_cell_is_longer_than_twenty_lines():
         if cell.cell_type == "code" and len(cell.source.splitlines()) > 20
     ]
     assert long == [], long
+
+
+def test_folded_answer_keeps_figures_images_markdown_and_math_folded():
+    """Issue 44 #18: only each output's HTML or plain text was kept, so a figure shown inside an answer
+    became "<Figure size 640x480 with 1 Axes>". Every bundle keeps its richest form, inside the fold, and a
+    figure the block left open is shown there too (the inline backend would show it after the fold)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from IPython.core.pylabtools import select_figure_formats
+
+    shell = InteractiveShell.instance()
+    select_figure_formats(shell, {"png"})  # as the inline backend of a kernel does
+    try:
+        with capture_output() as outer:
+            shell.run_cell(
+                "import matplotlib.pyplot as plt\n"
+                "from attnres_helpers.notebook import folded_answer\n"
+                "from IPython.display import Markdown, Math, SVG, display\n"
+                "with folded_answer():\n"
+                "    shown = plt.figure(); plt.plot([1, 2]); display(shown); plt.close(shown)\n"
+                "    display(Markdown('**R** rises'))\n"
+                "    display(Math(r'R = \\frac{1}{2}'))\n"
+                '    display(SVG(\'<svg xmlns="http://www.w3.org/2000/svg"><circle r="1"/></svg>\'))\n'
+                "    plt.figure(); plt.plot([2, 1])  # left open\n"
+                "    print('Answer: 42')\n"
+            )
+        import matplotlib.pyplot as plt
+
+        assert plt.get_fignums() == []  # the open figure was shown in the fold and closed
+    finally:
+        select_figure_formats(shell, set())
+    assert outer.stdout == "" and len(outer.outputs) == 1  # nothing shown unfolded
+    html = outer.outputs[0].data["text/html"]
+    assert html.startswith(f"<details><summary><b>{SUMMARY}</b></summary>") and html.endswith("</details>")
+    assert html.count('<img src="data:image/png;base64,iVBOR') == 2 and "Figure size" not in html
+    assert "<strong>R</strong> rises" in html and "Markdown object" not in html
+    assert r"R = \frac{1}{2}" in html and "Math object" not in html
+    assert '<circle r="1"/>' in html and "<pre>Answer: 42\n</pre>" in html

@@ -88,8 +88,8 @@ def _run_values(recs: list[dict], L: int) -> dict:
 
 
 def _check_family_run(p: Profile) -> None:
-    """A family run has a ``config`` label (a string) and an ``encoding`` with a design-time curve; else
-    one error naming the run and the field."""
+    """A family run has a ``config`` label (a string), an ``encoding`` with a design-time curve and its
+    ``model`` configuration (a dict); else one error naming the run and the field."""
     config, encoding = p.meta.get("config"), p.meta["encoding"]
     if config is None:
         raise ValueError(f"run {p.run!r} has no 'config' label: not a family store")
@@ -97,6 +97,9 @@ def _check_family_run(p: Profile) -> None:
         raise ValueError(f"run {p.run!r}: config must be a setting's label (a string), got {config!r}")
     if not isinstance(encoding, str) or encoding not in ENCODINGS:
         raise ValueError(f"run {p.run!r}: encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
+    model = p.meta.get("model")
+    if not isinstance(model, dict):  # its design-time curve is read from it
+        raise ValueError(f"run {p.run!r}: model must be the run's model configuration (a dict), got {model!r}")
 
 
 def family_points(

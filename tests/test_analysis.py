@@ -57,6 +57,13 @@ def test_family_points_are_seed_means_of_same_window_rises_and_upper_layer_r():
         ("encoding", "rotary", r"run 'rope-base-100-s0': encoding must be one of rope, .*, got 'rotary'"),
         ("config", ["a"], r"run 'rope-base-100-s0': config must be a setting's label \(a string\), got \['a'\]"),
         ("config", None, "run 'rope-base-100-s0' has no 'config' label: not a family store"),
+        # issue 44 #19: a model given as a string (as measure-hf names a pretrained model) was a TypeError
+        (
+            "model",
+            "smollm2",
+            r"run 'rope-base-100-s0': model must be the run's model configuration \(a dict\), got 'smollm2'",
+        ),
+        ("model", None, r"run 'rope-base-100-s0': model must be the run's model configuration \(a dict\), got None"),
     ],
 )
 def test_family_points_refuse_a_bad_encoding_or_config_before_any_record(monkeypatch, field, value, message):

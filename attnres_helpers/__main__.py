@@ -240,9 +240,10 @@ def cmd_sinks(args: argparse.Namespace) -> None:
     from .hf import fetch
     from .hf.models import PRETRAINED_MODELS
     from .hf.pretrained import held_out_ids, load_tokenizer
-    from .hf.sinks import measure_sinks, save_sinks
+    from .hf.sinks import check_window, measure_sinks, save_sinks
     from .paths import SINKS
 
+    check_window(args.length, args.at, flags=True)  # before any model loads
     _set_threads(args.threads)
     results, about = {}, {"T": args.length, "at": args.at, "n_windows": args.windows, "models": {}}
     for entry in PRETRAINED_MODELS.values():

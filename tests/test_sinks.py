@@ -82,3 +82,19 @@ def test_a_sinks_file_that_is_a_named_pipe_is_refused_unopened(tmp_path):
     finally:
         os.close(held)
     assert str(err.value) == f"sinks file {path} is a named pipe, not a regular file; give a regular file"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--length", "100", "--at", "100"), "--at must be inside the window (0 < at < 99), got 100"),
+        (("--length", "2", "--at", "1"), "--length must be at least 3 tokens (a key 0, a key at and a query), got 2"),
+    ],
+)
+def test_sinks_arguments_are_checked_before_any_model_loads(cli, monkeypatch, args, message):
+    """Issue 44 (minor): `sinks --at/--length` were checked only after every model had loaded."""
+    from attnres_helpers.hf import fetch
+
+    monkeypatch.setattr(fetch, "load", lambda *a, **k: pytest.fail("a model was loaded"))
+    out = cli("sinks", *args)
+    assert out.returncode == 1 and out.stderr.splitlines() == [f"error: {message}"]

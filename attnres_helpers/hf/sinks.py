@@ -66,6 +66,16 @@ def key_weights(model, ids: torch.Tensor, at: int) -> torch.Tensor:
     return torch.stack(out)
 
 
+def check_window(T: int, at: int, flags: bool = False) -> None:
+    """A window of ``T`` tokens holds key 0, key ``at`` and a query after both (0 < at < T - 1); checked
+    before any model loads. ``flags``: name them as the command line does (``--length``, ``--at``)."""
+    length, where = ("--length", "--at") if flags else ("T", "at")
+    if T < 3:
+        raise ValueError(f"{length} must be at least 3 tokens (a key 0, a key at and a query), got {T}")
+    if not 0 < at < T - 1:
+        raise ValueError(f"{where} must be inside the window (0 < at < {T - 1}), got {at}")
+
+
 def measure_sinks(
     model,
     ids: torch.Tensor,
@@ -80,6 +90,7 @@ def measure_sinks(
     and key ``at``, on ``n_windows`` disjoint windows of the text ``ids`` (:func:`data.eval_windows`)."""
     if bos_policy not in FOR_BOS_POLICY:
         raise ValueError(f"bos_policy must be one of {', '.join(FOR_BOS_POLICY)}, got {bos_policy!r}")
+    check_window(T, at)
     windows = eval_windows(ids, T - 1, n_windows)  # (n, T): the text of each window
     names = FOR_BOS_POLICY[bos_policy]
     bar = tqdm(total=len(names) * len(windows), desc="sinks", disable=not progress)

@@ -197,8 +197,16 @@ def exclusive(path: Path) -> Iterator[None]:
     are removed (:func:`remove_dead_temporaries`), and a live one's are kept: not every write of a path
     holds its lock (``save_profiles`` is also called on its own), so a temporary beside a held lock may
     still be another process's. Among writers that hold the lock, this is race-free: none of them is
-    writing while the lock is taken."""
+    writing while the lock is taken.
+
+    A ``path`` that is a symlink is refused before the lock is taken: the file written under the lock is
+    replaced (atomic_write), which would replace the link rather than write its target."""
     path = Path(path)
+    if path.is_symlink():  # atomic_write would replace the link by a file, its target left as it was
+        target = path.resolve()
+        raise ValueError(
+            f"{path} is a link to {target}: a store is replaced, not written through a link; give {target} itself"
+        )
     lock = path.with_name(path.name + ".lock")
     fd = _take(lock, path)
     try:

@@ -219,3 +219,20 @@ def test_a_folders_fingerprint_hashes_every_file_a_load_reads_and_agrees_with_it
         (sealed / name).write_text(text)
     (sealed / "SHA256SUMS").write_text(files.sha256sums(sealed))
     assert files.folder_fingerprint(sealed) == files.sums_fingerprint(sealed)
+
+
+def test_a_store_that_is_a_link_is_refused_before_its_lock_is_taken(tmp_path):
+    """Issue 44 (minor): every store is written under exclusive() and replaced by atomic_write, which
+    replaced a `--store` that was a symlink by a regular file (its target left as it was). Refused, with
+    the file to give instead; the link, its target and the lock are untouched."""
+    target, store = tmp_path / "real.safetensors", tmp_path / "link.safetensors"
+    target.write_bytes(b"the store")
+    store.symlink_to(target)
+    with pytest.raises(ValueError) as err:
+        with files.exclusive(store):
+            pytest.fail("entered the lock of a link")
+    assert str(err.value) == (
+        f"{store} is a link to {target}: a store is replaced, not written through a link; give {target} itself"
+    )
+    assert store.is_symlink() and target.read_bytes() == b"the store"
+    assert not store.with_name(store.name + ".lock").exists()

@@ -54,10 +54,21 @@ class Mask:
             allowed = allowed & (i - j < self.size)
         return allowed
 
+    def first_key(self, i: int) -> int:
+        """The first key query ``i`` may attend to, sinks aside (non-decreasing in i for every kind)."""
+        if self.kind == "bca":
+            return max(0, (i // self.size - 1) * self.size)
+        if self.kind == "window":
+            return max(0, i - self.size + 1)
+        return 0
+
+    def allowed_pairs(self, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+        """Whether each query i may attend to key j (broadcast), the sinks included."""
+        return self._base(i, j) | ((j < self.sinks) & (j <= i))
+
     def allowed(self, T: int) -> torch.Tensor:
         """(T, T) bool, True where query i may attend to key j."""
-        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-        return self._base(i, j) | ((j < self.sinks) & (j <= i))
+        return self.allowed_pairs(torch.arange(T)[:, None], torch.arange(T)[None, :])
 
     def is_causal_at(self, T: int) -> bool:
         """Whether, in a window of T tokens, this mask allows exactly the causal pairs."""

@@ -99,6 +99,28 @@ def _sentence(tokenize: Tokenize, template: str, name: str, key: str) -> tuple[l
     return ids, len(prefix)
 
 
+Wanted = tuple[str, int, str | None]  # (kind, distance, region of the query: "past", "inside" or None)
+NEAR_FRACTIONS = (1 / 16, 1 / 8, 1 / 4)  # plan v4: distances the model reaches inside L
+FAR_FRACTIONS = (1.1, 1.5, 1.9)  # plan v4: distances past L
+
+
+def wanted_v4(train_len: int, T: int, per_distance: int = 2) -> list[Wanted]:
+    """Plan v4's trials for a window of T tokens: in a window past L, ``per_distance`` at each far
+    distance, at each near distance with the query past L and again inside L, 2 ceilings past L, 1
+    inside, 2 absent; in a window of at most L, ``per_distance`` at each near distance, 2 ceilings, 2 absent."""
+    near = [int(round(f * train_len)) for f in NEAR_FRACTIONS]
+    if T <= train_len:
+        return (
+            [("trial", d, None) for d in near for _ in range(per_distance)]
+            + [("ceiling", 0, None)] * 2
+            + [("absent", 0, None)] * 2
+        )
+    far = [int(round(f * train_len)) for f in FAR_FRACTIONS if round(f * train_len) < T - 64]
+    out = [("trial", d, "past") for d in sorted(far, reverse=True) for _ in range(per_distance)]
+    out += [("trial", d, region) for region in ("past", "inside") for d in near for _ in range(per_distance)]
+    return out + [("ceiling", 0, "past")] * 2 + [("ceiling", 0, "inside")] + [("absent", 0, None)] * 2
+
+
 def layout(
     text: torch.Tensor,
     tokenize: Tokenize,
@@ -108,15 +130,22 @@ def layout(
     n_absent: int = 2,
     seed: int = 0,
     max_tries: int = 2000,
+    wanted: Sequence[Wanted] | None = None,
+    split: int | None = None,
 ) -> Layout:
     """Write trials into ``text (T+1,)``: ``trials_per_distance`` at each distance, the ceiling and
     absent controls, each with a distinct name and a random key, at random places that do not overlap
-    (drawn by ``numpy.random.default_rng(seed)``). The last target is never inside a sentence."""
+    (drawn by ``numpy.random.default_rng(seed)``). The last target is never inside a sentence.
+    ``wanted`` (with ``split``, e.g. :func:`wanted_v4`) lists the trials instead, each with the region
+    of its query: ``"past"`` (the whole query at positions ≥ split), ``"inside"`` (before split) or None."""
     if text.ndim != 1 or text.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"text must be a 1-D tensor of token ids, got {text.dtype} {tuple(text.shape)}")
     T = len(text) - 1
-    wanted = [("trial", d) for d in sorted(distances, reverse=True) for _ in range(trials_per_distance)]
-    wanted += [("ceiling", 0)] * n_ceiling + [("absent", 0)] * n_absent
+    if wanted is None:
+        wanted = [("trial", d, None) for d in sorted(distances, reverse=True) for _ in range(trials_per_distance)]
+        wanted += [("ceiling", 0, None)] * n_ceiling + [("absent", 0, None)] * n_absent
+    elif any(region is not None for _, _, region in wanted) and split is None:
+        raise ValueError("trials placed past or inside a split need the split")
     if len(wanted) > len(NAMES):
         raise ValueError(f"{len(wanted)} trials need more than the {len(NAMES)} names")
     rng = np.random.default_rng(seed)
@@ -133,7 +162,7 @@ def layout(
         busy[start : start + len(ids)] = True
         inserted[start - 1 : start + len(ids) - 1] = True  # targets of the written tokens
 
-    for (kind, d), name in zip(wanted, names):
+    for (kind, d, region), name in zip(wanted, names):
         key = "".join(str(x) for x in rng.integers(0, 10, KEY_DIGITS))
         k_ids, k_digit = _sentence(tokenize, KEY_SENTENCE, name, key)
         q_ids, q_digit = _sentence(tokenize, QUERY_SENTENCE, name, key)
@@ -147,8 +176,13 @@ def layout(
                     placed.append(Trial(name, key, kind, -1, q_start + q_digit - 1))
                     break
                 continue
-            k_start = int(rng.integers(1, max(2, T - d - len(q_ids))))
-            q_start = k_start + k_digit + d - q_digit
+            if region is None:
+                k_start = int(rng.integers(1, max(2, T - d - len(q_ids))))
+                q_start = k_start + k_digit + d - q_digit
+            else:
+                low, high = (split, T - len(q_ids)) if region == "past" else (1, split - len(q_ids))
+                q_start = int(rng.integers(low, max(low + 1, high)))
+                k_start = q_start - k_digit - d + q_digit
             if kind == "ceiling":
                 fits = free(k_start, len(k_ids) + len(q_ids))
             else:

@@ -323,3 +323,67 @@ async def past_the_redraw_timer() -> None:
     from attnres_helpers.widgets import REDRAW_DELAY_S
 
     await asyncio.sleep(2 * REDRAW_DELAY_S)
+
+
+# ------------------------------------------------------------------ training-free configurations, by definition
+
+
+def definition_distance(name: str, i: torch.Tensor, j: torch.Tensor, L: int) -> torch.Tensor:
+    """d(i, j) as each training-free configuration defines it (float64), for a model of context L: written
+    from each method's definition, not from the package's per-token positions."""
+    n = (i - j).double()
+    if name.startswith("self-extend"):
+        W, G = {"self-extend-8-8": (L // 8, 8), "self-extend-16-16": (L // 16, 16)}[name]
+        grouped = (i // G + W - W // G) - j // G  # LongLM's self_extend_patch: grouped query and key positions
+        return torch.where(n < W, n, grouped.double())
+    if name == "rerope-4":
+        return n.clamp(max=L // 4)
+    if name == "leaky-rerope-4-16":
+        w = L // 4
+        return torch.where(n < w, n, w + (n - w) / 16)
+    if name == "lm-infinite":
+        return n.clamp(max=L)
+    return n
+
+
+_reference_state = {}
+
+
+def _reference_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Full-matrix attention from unrotated q and k and the per-pair distance of the definition."""
+    name, rotary, mask, layers, L = (_reference_state[k] for k in ("name", "rotary", "mask", "layers", "L"))
+    B, H, n, d = query.shape
+    groups = H // key.shape[1]
+    k, v = key.repeat_interleave(groups, 1).double(), value.repeat_interleave(groups, 1).double()
+    rotary(query, torch.arange(n)[None])  # a dynamic RoPE updates its frequencies for this length
+    theta, factor = rotary.inv_freq.double(), float(rotary.attention_scaling)
+    qc = torch.complex(query.double()[..., : d // 2], query.double()[..., d // 2 :])
+    kc = torch.complex(k[..., : d // 2], k[..., d // 2 :])
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    phase = torch.polar(
+        torch.ones(n, n, d // 2, dtype=torch.float64), definition_distance(name, i, j, L)[..., None] * theta
+    )
+    scores = factor**2 * scaling * (qc[..., :, None, :] * kc.conj()[..., None, :, :] * phase).real.sum(-1)
+    scores = scores.masked_fill(~(mask.allowed(n) & (j <= i)), float("-inf"))
+    layers.append(scores)
+    return (scores.softmax(-1) @ v).to(query.dtype).transpose(1, 2).contiguous(), None
+
+
+def reference_run(model, ids, configuration, L: int):
+    """Logits and every layer's (B, H, T, T) scores of ``model`` under ``configuration`` by the full-matrix
+    reference (:func:`definition_distance`; float64)."""
+    import transformers
+
+    from attnres_helpers.hf import configured_attention as ca
+    from attnres_helpers.hf.configurations import applied
+
+    transformers.AttentionInterface.register("attnres_reference", _reference_attention)
+    layers = []
+    with applied(model, configuration, L):
+        state = ca._attending.get()
+        _reference_state.update(
+            name=configuration.name, rotary=state.rotary, mask=configuration.mask_for(L), layers=layers, L=L
+        )
+        model.set_attn_implementation("attnres_reference")
+        logits = model(input_ids=ids, use_cache=False).logits
+    return logits, layers

@@ -1,20 +1,22 @@
-"""Measure one pretrained model under every inference-time configuration, window by window (plan v3).
+"""Measure one pretrained RoPE model under every training-free configuration, window by window (plan v4).
 
-For each configuration (:mod:`.configurations`), length T in {L, 2L} and window, one forward pass gives:
+For each configuration (:mod:`.configurations`), length T in {L, 2L} and window, one forward pass under
+:func:`.configurations.applied` (attention by query blocks, :mod:`.configured_attention`) gives:
 
-- every layer's ŝ per head under the configuration's mask (:func:`masks.expected_scores_masked`, from
-  the rotated q and k the model itself uses, captured through `transformers`' attention interface) and
-  each query's score on key 0 (for ŝ without the first-token sink);
+- every layer's ŝ (Eq. 11, head mean) of the merged scores the softmax sees, under the configuration's
+  mask and positions, and each query's score on key 0 (head mean), for ŝ without the first-token sink;
+- every layer's attention entropy per query (head mean, nats);
 - the per-position NLL of the window's text, and which targets lie inside a written passkey sentence;
-- the passkey trials written into that window (:mod:`attnres_helpers.passkey`), scored teacher-forced.
+- the passkey trials written into that window (:func:`attnres_helpers.passkey.wanted_v4`), scored
+  teacher-forced.
 
-Each (configuration, T, window) is one file under ``runs/configurations/`` (float32, atomic), so a
-stopped run resumes where it stopped and never mixes settings: a file written with other settings is
-refused with its name. :func:`attnres_helpers.configured_store.build` turns the files into the shipped
-store. Inside L, configurations marked ``same_as_trained_up_to_L`` are the model as trained (checked
-by the tests at small scale) and are measured once, as ``as-trained``.
+Each (configuration, T, window) is one file under the work folder (float32, atomic), so a stopped run
+resumes where it stopped and never mixes settings: a file written with other settings is refused with
+its name. :func:`attnres_helpers.configured_store.build` turns the files into the store. Inside L,
+configurations marked ``same_as_trained_up_to_L`` are the model as trained (checked by the tests) and
+are measured once, as ``as-trained``.
 
-    python -m attnres_helpers configurations [--windows 8] [--log runs/configurations.log]
+    python -m attnres_helpers configurations [--model NAME|FOLDER] [--only NAME,...] [--windows 8]
 """
 
 from __future__ import annotations
@@ -31,9 +33,8 @@ from .. import passkey
 from ..configured_store import read_window_file
 from ..data import eval_windows, load_corpus
 from ..files import save_safetensors
-from ..masks import Mask, expected_scores_masked
-from .attention import LayerQK, capturing, layer_key0, layer_s_hat
-from .configurations import CONFIGURATIONS, Configuration, applied
+from . import configured_attention
+from .configurations import CONFIGURATIONS, Configuration, applied, check_applies
 from .pretrained import _nll_in_chunks
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 N_WINDOWS = 8
 TRIALS_PER_DISTANCE = 2
-N_CONTROLS = 2  # ceiling and absent, each, per window
+PLAN = "v4"
 
 
 def corpus_ids(tokenizer) -> torch.Tensor:
@@ -50,58 +51,55 @@ def corpus_ids(tokenizer) -> torch.Tensor:
 
 
 def plan_jobs(train_len: int, configurations: Sequence[str], n_windows: int) -> list[tuple[str, int, int]]:
-    """(configuration, T, window) in the order they run: every window at L first (where configurations
-    that equal the model as trained are measured once, as as-trained), then 2L window by window, each
-    window under every configuration, so a stopped run leaves every configuration with as many windows."""
+    """(configuration, T, window) in the order they run, window by window: each window at L (where
+    configurations that equal the model as trained are measured once, as as-trained), then at 2L under
+    every configuration, so a stopped run leaves every configuration with as many windows at both lengths."""
     unknown = [c for c in configurations if c not in CONFIGURATIONS]
     if unknown:
-        raise ValueError(f"unknown configurations {unknown}; known: {', '.join(CONFIGURATIONS)}")
+        raise ValueError(f"unknown configurations {', '.join(unknown)}; known: {', '.join(CONFIGURATIONS)}")
     at_L = [c for c in configurations if not CONFIGURATIONS[c].same_as_trained_up_to_L]
     if any(CONFIGURATIONS[c].same_as_trained_up_to_L for c in configurations) and "as-trained" not in at_L:
         at_L.insert(0, "as-trained")
-    jobs = [(c, train_len, w) for w in range(n_windows) for c in at_L]
-    return jobs + [(c, 2 * train_len, w) for w in range(n_windows) for c in configurations]
+    return [
+        (c, T, w)
+        for w in range(n_windows)
+        for T, names in ((train_len, at_L), (2 * train_len, configurations))
+        for c in names
+    ]
 
 
 def window_layout(ids: torch.Tensor, T: int, train_len: int, window: int, n_windows: int, tokenize) -> passkey.Layout:
-    """Window ``window`` of ``n_windows`` evenly spread windows of T+1 tokens, with its passkey trials
-    (drawn by ``default_rng(T + window)``: the same for every configuration)."""
+    """Window ``window`` of ``n_windows`` evenly spread windows of T+1 tokens, with plan v4's passkey
+    trials (drawn by ``default_rng(T + window)``: the same for every configuration)."""
     text = eval_windows(ids, T, n_windows)[window]
-    return passkey.layout(
-        text,
-        tokenize,
-        passkey.distances_for(train_len, T + 1),
-        TRIALS_PER_DISTANCE,
-        N_CONTROLS,
-        N_CONTROLS,
-        seed=T + window,
-    )
+    wanted = passkey.wanted_v4(train_len, T, TRIALS_PER_DISTANCE)
+    return passkey.layout(text, tokenize, (), seed=T + window, wanted=wanted, split=train_len)
 
 
 @torch.no_grad()
-def measure_window(model: PreTrainedModel, layout: passkey.Layout, mask: Mask | None) -> dict[str, torch.Tensor]:
-    """One forward pass of ``layout.tokens`` under ``mask`` (None: causal): s_hat and key0
-    (layers, H, T) float32, nll (T,) float32, the passkey scores (n,) and ``inserted`` (T,)."""
+def measure_window(
+    model: PreTrainedModel, layout: passkey.Layout, configuration: Configuration, train_len: int
+) -> dict[str, torch.Tensor]:
+    """One forward pass of ``layout.tokens`` under ``configuration``: s_hat and key0 (layers, 1, T)
+    float32 (head means), entropy (layers, T) float32 (head mean), nll (T,) float32, the passkey scores
+    (n,) and ``inserted`` (T,)."""
     x = layout.tokens[None, :-1]
-    T = x.shape[1]
-    s_hats, key0s = [], []
+    s_hats, key0s, entropies = [], [], []
 
-    def consume(layer: LayerQK) -> None:
-        if mask is None:
-            s_hats.append(layer_s_hat(layer).float())
-        else:
-            s_hats.append(expected_scores_masked(layer.q, layer.k, layer.scaling, mask).float())
-        key0s.append(layer_key0(layer).float())
+    def consume(layer: configured_attention.ConfiguredLayer) -> None:
+        s_hats.append(configured_attention.configured_s_hat(layer).mean(0, keepdim=True).float())
+        key0s.append(configured_attention.configured_key0(layer).mean(0, keepdim=True).float())
+        entropies.append(layer.entropy.mean((0, 1)).float())
 
-    attention_mask = None if mask is None else mask.allowed(T)[None, None]
-    with capturing(model, consume):
-        hidden = model.base_model(input_ids=x, attention_mask=attention_mask, use_cache=False).last_hidden_state[0]
+    with applied(model, configuration, train_len), configured_attention.capturing(consume):
+        hidden = model.base_model(input_ids=x, use_cache=False).last_hidden_state[0]
     nll = _nll_in_chunks(model, hidden[None], layout.tokens[None, 1:]).float()
     head = model.get_output_embeddings()
     scores = passkey.score(lambda pos: torch.log_softmax(head(hidden[pos]).float(), -1), layout.tokens, layout.trials)
     return {
         "s_hat": torch.stack(s_hats),
         "key0": torch.stack(key0s),
+        "entropy": torch.stack(entropies),
         "nll": nll,
         "inserted": layout.inserted,
         "passkey_logprob": scores.logprob.float(),
@@ -110,20 +108,30 @@ def measure_window(model: PreTrainedModel, layout: passkey.Layout, mask: Mask | 
 
 
 def job_settings(
-    configuration: Configuration, T: int, train_len: int, window: int, n_windows: int, model_id: str, theta: float
+    configuration: Configuration,
+    T: int,
+    train_len: int,
+    window: int,
+    n_windows: int,
+    model_id: str,
+    theta: float,
+    head_dim: int,
 ) -> dict:
     """Everything that determines a window file's numbers: a file written with other settings is refused."""
+    remap = configuration.remap_for(train_len)
     return {
+        "plan": PLAN,
         "configuration": configuration.name,
-        "rope": configuration.rope_for(theta, train_len),
+        "kind": configuration.kind,
+        "rope": configuration.rope_for(theta, train_len, head_dim),
+        "remap": None if remap is None else remap.as_dict(),
         "mask": configuration.mask_for(train_len).as_dict(),
         "T": T,
         "train_len": train_len,
         "window": window,
         "n_windows": n_windows,
         "model": model_id,
-        "trials_per_distance": TRIALS_PER_DISTANCE,
-        "controls": N_CONTROLS,
+        "trials": passkey.wanted_v4(train_len, T, TRIALS_PER_DISTANCE),
         "key_sentence": passkey.KEY_SENTENCE,
         "query_sentence": passkey.QUERY_SENTENCE,
     }
@@ -137,9 +145,13 @@ def _done(path: Path, settings: dict) -> bool:
     if not path.is_file():
         return False
     stored, _, _ = read_window_file(path)
-    if stored != settings:
-        differ = sorted(k for k in settings if stored.get(k) != settings[k])
-        raise ValueError(f"window file {path} was measured with other settings ({', '.join(differ)}); delete it")
+    stored = json.loads(json.dumps(stored))
+    if stored != json.loads(json.dumps(settings)):
+        differ = sorted(k for k in settings if stored.get(k) != json.loads(json.dumps(settings[k])))
+        raise ValueError(
+            f"window file {path} was measured with other settings ({', '.join(differ)}); "
+            f"clear {path.parent.parent} to measure {path.parent.parent.name} again"
+        )
     return True
 
 
@@ -155,26 +167,29 @@ def measure_configurations(
     progress: bool = True,
 ) -> int:
     """Measure every job of :func:`plan_jobs` not yet in ``folder``; returns how many were measured.
-    Every setting is checked, and every window laid out, before the first forward pass."""
+    Every configuration is checked against the model, every setting against the files, and every
+    window laid out, before the first forward pass."""
+    jobs = plan_jobs(train_len, configurations, n_windows)
+    for name in {name for name, _, _ in jobs}:
+        check_applies(model, CONFIGURATIONS[name])
     ids = corpus_ids(tokenizer)
     tokenize = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    jobs = plan_jobs(train_len, configurations, n_windows)
     layouts = {}
     for T in sorted({T for _, T, _ in jobs}):
         if len(ids) // (T + 1) < n_windows:
             raise ValueError(f"the corpus has {len(ids)} tokens: fewer than {n_windows} windows of {T + 1}")
         for w in range(n_windows):
             layouts[(T, w)] = window_layout(ids, T, train_len, w, n_windows, tokenize)
+    theta = model.config.rope_parameters["rope_theta"]
+    head_dim = model.base_model.rotary_emb.inv_freq.numel() * 2
     todo = []
     for name, T, w in jobs:
-        theta = model.config.rope_parameters["rope_theta"]
-        settings = job_settings(CONFIGURATIONS[name], T, train_len, w, n_windows, model_id, theta)
+        settings = job_settings(CONFIGURATIONS[name], T, train_len, w, n_windows, model_id, theta, head_dim)
         if not _done(job_path(folder, name, T, w), settings):
             todo.append((name, T, w, settings))
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="configurations", disable=not progress)
     for name, T, w, settings in todo:
-        with applied(model, CONFIGURATIONS[name], train_len) as mask:
-            out = measure_window(model, layouts[(T, w)], mask)
+        out = measure_window(model, layouts[(T, w)], CONFIGURATIONS[name], train_len)
         trials = [t.__dict__ for t in layouts[(T, w)].trials]
         path = job_path(folder, name, T, w)
         path.parent.mkdir(parents=True, exist_ok=True)

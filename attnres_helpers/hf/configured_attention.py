@@ -1,0 +1,255 @@
+"""The attention of a configured model: query blocks over the keys each block can see, scores merged by distance.
+
+Registered with `transformers`' ``AttentionInterface`` as ``"attnres_configured"`` and switched on by
+:func:`attending` (which :func:`.configurations.applied` calls). The model's rotary module is replaced by
+one that rotates by nothing, so q and k arrive as projected; here they are rotated by the configuration's
+RoPE (its frequencies and attention factor) at the true positions, and, where the configuration remaps
+positions (:class:`.configurations.Remap`), a second time at each token's far position. For query i and
+key j the score the softmax sees is
+
+    e_ij = scaling · q_i·k_j   at true positions, if i − j < W (or there is no remap),
+    e_ij = scaling · q'_i·k'_j at far positions, otherwise,
+
+at the pairs the :class:`~attnres_helpers.masks.Mask` allows (Self-Extend's and ReRoPE's merge by the
+neighbour mask, written once). Queries go in blocks of :data:`BLOCK`; a block scores only the keys its
+queries can see (from ``mask.first_key`` of its first query, plus the sinks), so BCA and windows cost
+less than the full causal matrix, and no (T, T) matrix is ever held.
+
+Each layer also gives the attention entropy of every query, −Σ_j p_ij log p_ij (nats; Zhong et al.
+2025), and, inside :func:`capturing`, a :class:`ConfiguredLayer` to a consumer, from which
+:func:`configured_s_hat` and :func:`configured_key0` give Eq. 11's ŝ and the key-0 scores of exactly
+the merged scores the softmax saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from ..masks import Mask, expected_scores_masked
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from .configurations import Remap
+
+CONFIGURED = "attnres_configured"
+BLOCK = 512  # queries per block: (H, 512, T) float32 scores at a time
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE as `transformers`' Llama applies it (halves rotated): ``x (B, H, T, d)``, ``cos, sin (T, d)``."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+@dataclass
+class ConfiguredLayer:
+    """One layer under a configuration: q, k (B, H, T, d) rotated at the true positions; q_far, k_far at
+    the far positions (None without a remap) used for pairs at distance ≥ ``window``; the mask; the
+    scaling; and ``entropy`` (B, H, T), each query's attention entropy in nats."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    scaling: float
+    mask: Mask
+    entropy: torch.Tensor
+    q_far: torch.Tensor | None = None
+    k_far: torch.Tensor | None = None
+    window: int | None = None
+
+    def scores(self) -> torch.Tensor:
+        """(B, H, T, T) merged pre-softmax scores, masked pairs at -inf (for checks at small T)."""
+        T = self.q.shape[-2]
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        s = self.scaling * self.q @ self.k.transpose(-1, -2)
+        if self.q_far is not None:
+            s = torch.where(i - j < self.window, s, self.scaling * self.q_far @ self.k_far.transpose(-1, -2))
+        return s.masked_fill(~self.mask.allowed_pairs(i, j), float("-inf"))
+
+
+@dataclass
+class _Attending:
+    rotary: torch.nn.Module
+    remap: Remap | None
+    mask: Mask
+    consumer: Callable[[ConfiguredLayer], None] | None = None
+    rotations: dict | None = None  # T -> (near cos, sin, far q cos, sin, far k cos, sin), once per forward
+
+
+_attending: ContextVar[_Attending | None] = ContextVar("attnres_configured", default=None)
+
+
+def _rotations(state: _Attending, x: torch.Tensor, T: int) -> tuple:
+    if state.rotations is None or T not in state.rotations:
+        at = lambda pos: tuple(t[0].float() for t in state.rotary(x.float(), pos[None]))  # noqa: E731
+        near = at(torch.arange(T, device=x.device))
+        far = ()
+        if state.remap is not None:
+            pq, pk = state.remap.far_positions(T)
+            far = (*at(pq.to(x.device)), *at(pk.to(x.device)))
+        state.rotations = {T: (*near, *far)}
+    return state.rotations[T]
+
+
+MASKED = -1e30  # a masked pair's score: exp gives exactly 0 and 0 · MASKED is 0, so no -inf or NaN is ever made
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, a: int, b: int, lo: int, sinks: int) -> torch.Tensor:
+    """q[a:b] · k over the keys a block of queries can see: the first ``sinks`` keys, then keys lo … b − 1
+    (B, H, b − a, sinks + b − lo)."""
+    run = q[..., a:b, :] @ k[..., lo:b, :].transpose(-1, -2)
+    if not sinks:
+        return run
+    return torch.cat([q[..., a:b, :] @ k[..., :sinks, :].transpose(-1, -2), run], dim=-1)
+
+
+def blockwise_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scaling: float,
+    mask: Mask,
+    far: tuple[torch.Tensor, torch.Tensor, int] | None = None,
+    block: int = BLOCK,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(e) · v and each query's entropy: q, k (B, H, T, d), v (B, H, T, d_v) ->
+    (out (B, H, T, d_v), entropy (B, H, T)). ``far``: (q_far, k_far, W), scores of pairs at distance
+    ≥ W taken from them. The entropy is log Z − Σ_j p_ij (e_ij − m_i), with m_i the row's largest score
+    and Z = Σ_j exp(e_ij − m_i): one exponential per pair, no log of a probability.
+
+    A block scores the first ``mask.sinks`` keys and the run of keys from ``mask.first_key`` of its first
+    query to its last query; the mask can then exclude pairs only among the sinks, the run's keys before
+    ``first_key`` of its last query, and the causal triangle, so only those columns are tested. Under a
+    remap the far scores are computed for every key and the true-position ones only for the keys within W
+    of some query of the block."""
+    B, H, T, _ = q.shape
+    out = q.new_empty(B, H, T, v.shape[-1])
+    entropy = q.new_empty(B, H, T)
+    q = q * scaling
+    for a in range(0, T, block):
+        b = min(a + block, T)
+        lo = mask.first_key(a)
+        sinks = min(mask.sinks, lo)
+        keys = torch.cat([torch.arange(sinks), torch.arange(lo, b)])  # (K,) the keys this block scores
+        i = torch.arange(a, b)[:, None]
+        if far is None:
+            s = _scores(q, k, a, b, lo, sinks)  # (B, H, b − a, K)
+        else:
+            q_far, k_far, window = far
+            s = _scores(q_far * scaling, k_far, a, b, lo, sinks)
+            first_near = max(lo, a - window + 1)  # keys before it are far for every query of the block
+            near = _scores(q, k, a, b, first_near, 0)
+            col = sinks + first_near - lo
+            s[..., col:] = torch.where(i - keys[col:] < window, near, s[..., col:])
+            if sinks:
+                s[..., :sinks] = torch.where(
+                    i - keys[:sinks] < window, _scores(q, k, a, b, 0, 0)[..., :sinks], s[..., :sinks]
+                )
+        left = sinks + mask.first_key(b - 1) - lo  # the sinks, and the run's keys some query no longer sees
+        for first, last in {(0, left), (len(keys) - (b - a), len(keys))}:  # and the causal triangle
+            allowed = mask.allowed_pairs(i, keys[first:last])
+            if not bool(allowed.all()):
+                s[..., first:last].masked_fill_(~allowed, MASKED)
+        s.sub_(s.amax(-1, keepdim=True))  # e − m
+        p = s.exp()
+        z = p.sum(-1)  # (B, H, b − a)
+        entropy[..., a:b] = z.log() - (p[..., None, :] @ s[..., :, None])[..., 0, 0] / z
+        o = p[..., sinks:] @ v[..., lo:b, :]
+        if sinks:
+            o += p[..., :sinks] @ v[..., :sinks, :]
+        out[..., a:b, :] = o / z[..., None]
+    return out, entropy
+
+
+def _configured_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """The registered attention function: rotate, merge, mask, softmax by query blocks."""
+    state = _attending.get()
+    if state is None:
+        raise RuntimeError(f"the {CONFIGURED!r} attention runs only inside configurations.applied")
+    B, H, T, d = query.shape
+    if B != 1:
+        raise ValueError("a configured model measures one unpadded window at a time (batch of 1)")
+    scaling = d**-0.5 if scaling is None else float(scaling)
+    groups = H // key.shape[1]
+    k, v = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    rotations = _rotations(state, query, T)
+    q_near, k_near = rotate(query.float(), *rotations[:2]), rotate(k.float(), *rotations[:2])
+    far = None
+    if state.remap is not None:
+        far = (rotate(query.float(), *rotations[2:4]), rotate(k.float(), *rotations[4:6]), state.remap.window)
+    out, entropy = blockwise_attention(q_near, k_near, v.float(), scaling, state.mask, far)
+    if state.consumer is not None:
+        state.consumer(
+            ConfiguredLayer(
+                q_near.detach(),
+                k_near.detach(),
+                scaling,
+                state.mask,
+                entropy.detach(),
+                *(() if far is None else (far[0].detach(), far[1].detach(), far[2])),
+            )
+        )
+    return out.to(query.dtype).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(CONFIGURED, _configured_attention)
+AttentionMaskInterface.register(CONFIGURED, sdpa_mask)  # the mask is the configuration's, applied here
+
+
+@contextmanager
+def attending(model: PreTrainedModel, rotary: torch.nn.Module, remap: Remap | None, mask: Mask) -> Iterator[None]:
+    """Within the block, ``model`` attends through :func:`_configured_attention` (its implementation is
+    restored afterwards)."""
+    before = model.config._attn_implementation
+    token = _attending.set(_Attending(rotary, remap, mask))
+    model.set_attn_implementation(CONFIGURED)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+        _attending.reset(token)
+
+
+@contextmanager
+def capturing(consume: Callable[[ConfiguredLayer], None]) -> Iterator[None]:
+    """Inside :func:`.configurations.applied`: each layer hands its :class:`ConfiguredLayer` to
+    ``consume``; the rotations are computed once per forward pass."""
+    state = _attending.get()
+    if state is None:
+        raise RuntimeError("capturing a configured model needs configurations.applied around it")
+    state.consumer, state.rotations = consume, None
+    try:
+        yield
+    finally:
+        state.consumer, state.rotations = None, None
+
+
+def configured_s_hat(layer: ConfiguredLayer) -> torch.Tensor:
+    """ŝ (H, T) float64 of the merged scores under the layer's mask (Eq. 11, the batch averaged): the
+    true-position ŝ at distances < W, the far-position ŝ from W on, each by FFT with the sink pairs
+    scored one by one (:func:`masks.expected_scores_masked`)."""
+    near = expected_scores_masked(layer.q, layer.k, layer.scaling, layer.mask)
+    if layer.q_far is None:
+        return near
+    far = expected_scores_masked(layer.q_far, layer.k_far, layer.scaling, layer.mask)
+    return torch.where(torch.arange(near.shape[-1]) < layer.window, near, far)
+
+
+def configured_key0(layer: ConfiguredLayer) -> torch.Tensor:
+    """(H, T) float64: each query's merged score on key 0 (the batch averaged), -inf where masked."""
+    score = lambda q, k: layer.scaling * (q.double() @ k[..., :1, :].double().transpose(-1, -2))[..., 0]  # noqa: E731
+    s = score(layer.q, layer.k)  # (B, H, T)
+    T = s.shape[-1]
+    i = torch.arange(T)
+    if layer.q_far is not None:
+        s = torch.where(i < layer.window, s, score(layer.q_far, layer.k_far))
+    s = s.masked_fill(~layer.mask.allowed_pairs(i, torch.zeros_like(i)), float("-inf"))
+    return s.mean(0)

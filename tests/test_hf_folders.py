@@ -282,3 +282,21 @@ def test_a_folder_without_tokenizer_files_is_one_line(tmp_path, no_hub):
     with pytest.raises(ValueError) as err:
         load_tokenizer(folder)
     assert str(err.value).startswith(f"{folder}: cannot load its tokenizer (") and len(str(err.value).splitlines()) == 1
+
+
+def test_a_folder_in_the_model_cache_named_by_path_sweeps_dead_processes_debris(llama_folder, tmp_path, monkeypatch):
+    """Issue 44 #15: a converted model named by its path (`measure-hf --model .cache/NAME`, as the shipped
+    pretrained store's command does) touches the cache without fetch.verify: its debris goes too."""
+    from attnres_helpers import paths
+    from attnres_helpers.hf.folders import local_folder
+
+    cache = tmp_path / "cache"
+    model = Path(shutil.copytree(llama_folder, cache / "tiny-llama"))
+    monkeypatch.setattr(paths, "CACHE", cache)
+    dead, live = cache / f".tiny-llama.tmp-{2**31 - 1}", cache / f".other.tmp-{os.getppid()}"
+    downloads = cache / "downloads" / "tiny-llama" / f".x.gguf.tmp-{2**31 - 1}"
+    for path in (dead, live, downloads):
+        path.mkdir(parents=True)
+    assert local_folder(model) == model
+    assert not dead.exists() and not downloads.exists() and live.is_dir()
+    assert local_folder(llama_folder) == llama_folder  # outside the cache: nothing is swept there

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from ..files import atomic_write, remove_dead_temporaries, sha256_file, sha256sums, verify_sha256sums, write_text_atomic
 from ..paths import CACHE
-from .folders import first_line
+from .folders import first_line, sweep_cache
 from .models import PretrainedModel
 
 if TYPE_CHECKING:
@@ -49,17 +49,6 @@ def remove_debris(folder: Path) -> None:
     (a killed conversion leaves a 538 MB folder, a killed download a wheel); a live process's are kept
     (:func:`files.remove_dead_temporaries`)."""
     remove_dead_temporaries(folder)
-
-
-def sweep_cache(cache: Path) -> None:
-    """:func:`remove_debris` in the model cache and in each model's downloads folder: run by every start
-    that touches the cache (:func:`verify`, so every load, measurement and fetch), not only a conversion."""
-    remove_debris(cache)
-    downloads = Path(cache) / "downloads"
-    if downloads.is_dir():
-        for folder in downloads.iterdir():
-            if folder.is_dir() and not folder.is_symlink():
-                remove_debris(folder)
 
 
 PR_SET_PDEATHSIG = 1

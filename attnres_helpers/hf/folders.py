@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .. import paths
+from ..files import remove_dead_temporaries
+
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
@@ -78,6 +81,20 @@ def read_config(path: Path) -> dict:
     return keys
 
 
+def sweep_cache(cache: Path) -> None:
+    """Remove what dead processes left in the model cache and in each model's downloads folder
+    (:func:`files.remove_dead_temporaries`: a killed conversion's 538 MB folder, a killed download's wheel),
+    a live process's kept: run by every start that touches the cache (``fetch.verify``, so every load,
+    measurement and fetch of a registry model, and :func:`local_folder` for a folder in the cache), not
+    only by a conversion."""
+    remove_dead_temporaries(cache)
+    downloads = Path(cache) / "downloads"
+    if downloads.is_dir():
+        for folder in downloads.iterdir():
+            if folder.is_dir() and not folder.is_symlink():
+                remove_dead_temporaries(folder)
+
+
 def local_folder(name_or_path: str | Path) -> Path | None:
     """A local folder for anything that looks like a path (an error if it does not exist); None for a hub name."""
     text = str(name_or_path)
@@ -91,6 +108,8 @@ def local_folder(name_or_path: str | Path) -> Path | None:
     if not looks_local:
         return None
     folder = Path(text).expanduser()
+    if folder.resolve().parent == paths.CACHE.resolve():  # a converted model named by its path
+        sweep_cache(paths.CACHE)
     if not folder.is_dir():
         raise FileNotFoundError(f"model folder {folder} does not exist")
     config = folder / "config.json"

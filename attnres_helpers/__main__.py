@@ -257,45 +257,26 @@ def cmd_sinks(args: argparse.Namespace) -> None:
 
 
 def cmd_configurations(args: argparse.Namespace) -> None:
-    """Plan v3: SmolLM2 under every inference-time configuration at L and 2L, one file per window under
-    runs/configurations/ (resumable), then the store built from every finished window."""
-    from pathlib import Path
+    """Plan v4: a RoPE model (a registry name or a `transformers` folder) under training-free configurations
+    at L and 2L, one file per window under the work folder (resumable), then the store built from every
+    finished window. Names, the store and the model's form are checked before the model is loaded."""
+    from .hf.configured import measure_and_build
 
-    from .configured_store import build
-    from .hf.configurations import CONFIGURATIONS
-    from .paths import CONFIGURATIONS_RUNS, CONFIGURATIONS_STORE
-
-    store = Path(args.store) if args.store else CONFIGURATIONS_STORE
-    if not args.build_only:
-        from .files import exclusive, sums_fingerprint
-        from .hf import fetch
-        from .hf.configured import measure_configurations
-        from .hf.models import SMOLLM2
-        from .hf.pretrained import load_tokenizer
-
-        _set_threads(args.threads)
-        model, folder = fetch.load(SMOLLM2), fetch.model_dir(SMOLLM2)  # verified once, by load
-        tokenizer = load_tokenizer(folder)
-        log = open(args.log, "a") if args.log else None  # noqa: SIM115 (closed below)
-        try:
-            with exclusive(CONFIGURATIONS_RUNS / "measuring"):
-                measure_configurations(
-                    model,
-                    tokenizer,
-                    CONFIGURATIONS_RUNS,
-                    model_id=f"{SMOLLM2.title}@{sums_fingerprint(folder)}",
-                    train_len=SMOLLM2.context,
-                    n_windows=args.windows,
-                    log=log,
-                )
-        finally:
-            if log is not None:
-                log.close()
-    known = {
-        c.name: {"label": c.label, "same_as_trained_up_to_L": c.same_as_trained_up_to_L}
-        for c in CONFIGURATIONS.values()
-    }
-    print(build(CONFIGURATIONS_RUNS, store, known))
+    if args.store == "":
+        raise ValueError("--store is empty: give the store's path")
+    _set_threads(args.threads)
+    print(
+        measure_and_build(
+            args.model,
+            args.only,
+            args.windows,
+            work=args.work,
+            store=args.store,
+            log=args.log,
+            progress=not args.quiet,
+            build_only=args.build_only,
+        )
+    )
 
 
 def cmd_copy_control(args: argparse.Namespace) -> None:
@@ -466,12 +447,25 @@ def _add_experiment_parsers(subparsers) -> None:
     p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
     p.set_defaults(func=cmd_measure_pretrained)
     p = subparsers.add_parser(
-        "configurations", help="plan v3: SmolLM2 under several inference-time configurations (resumable, hours)"
+        "configurations", help="plan v4: a RoPE model under training-free configurations at L and 2L (resumable, hours)"
     )
-    p.add_argument("--windows", type=_positive_int, default=8, help="windows per length (plan v3: 8)")
+    p.add_argument(
+        "--model", default="smollm2-135m-instruct", help="a registry name or a transformers folder (default SmolLM2)"
+    )
+    p.add_argument(
+        "--only", type=_configuration_names, default=None, help="NAME,...: these configurations (default: all 16)"
+    )
+    p.add_argument("--windows", type=_positive_int, default=8, help="windows per length (plan v4: 8)")
     p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
     p.add_argument("--log", default=None, help="append one line per finished window to this file")
-    p.add_argument("--store", default=None, help="the store to build (default data/results/configurations.safetensors)")
+    p.add_argument("--work", default=None, help="the window files' folder (default runs/configurations-v4/<model>)")
+    p.add_argument(
+        "--store",
+        default=None,
+        help="the store to build (default data/results/configurations_v4.safetensors for SmolLM2, "
+        "else <work>/store.safetensors)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--build-only", action="store_true", help="build the store from the finished windows; measure nothing"
     )
@@ -493,6 +487,25 @@ def _add_experiment_parsers(subparsers) -> None:
         else:
             p.add_argument("--store", default=None, help="a store file; default data/results/default.safetensors")
         p.set_defaults(func=func)
+
+
+def _configuration_names(text: str) -> list[str]:
+    """NAME,... of the configurations registry (attnres_helpers/hf/configurations.py), checked without torch."""
+    import ast
+    from pathlib import Path
+
+    source = (Path(__file__).parent / "hf" / "configurations.py").read_text()
+    known = [
+        node.args[0].value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Configuration" and node.args
+    ]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if not names or unknown:
+        wrong = ", ".join(unknown) or repr(text)
+        raise argparse.ArgumentTypeError(f"unknown configuration {wrong}; known: {', '.join(known)}")
+    return names
 
 
 def _positive_int(text: str) -> int:

@@ -1,4 +1,4 @@
-"""The store of plan v3 (notebook 08): one model under several inference-time configurations, per window.
+"""The store of plans v3 and v4 (notebook 08): one model under training-free configurations, per window.
 
 :func:`build` reads the window files of :mod:`attnres_helpers.hf.configured` (each window's ŝ per head,
 key-0 scores, per-position NLL and passkey scores) and writes one safetensors file with, for every
@@ -11,7 +11,14 @@ key-0 scores, per-position NLL and passkey scores) and writes one safetensors fi
 - ``mean_r`` and ``mean_r_sink_free`` (layers,): R of the window-mean ŝ (notebook 07's estimator);
 - ``nll_sum`` and ``nll_count`` (windows, blocks of 512 positions): the NLL of the text's targets, the
   written passkey sentences left out;
-- ``passkey/{distance, kind, query_at, logprob, correct}`` (windows, trials).
+- ``passkey/{distance, kind, query_at, logprob, correct}`` (windows, trials);
+
+and, from plan v4's window files on (plan v3's store has none of them):
+
+- ``s_hat`` and ``key0`` (layers, T) int16 codes with their rows' ``.low`` and ``.step``
+  (:func:`store.quantize`): the window-mean ŝ and key-0 scores (head means), so that R is a query over
+  stored ŝ here as everywhere else (:meth:`Entry.profile`);
+- ``window_entropy`` (windows, layers, blocks of 512 queries) float32: the mean attention entropy.
 
 :func:`load` gives it back as a :class:`ConfiguredStore`; its queries are in :mod:`attnres_helpers.configured_analysis`.
 
@@ -31,11 +38,12 @@ from safetensors import safe_open
 
 from .files import exclusive, save_safetensors
 from .passkey import KEY_DIGITS, KINDS
-from .store import Profile
+from .store import Profile, dequantize, quantize
 
 HEADER_KEY = "attnres-configurations"
 NLL_BLOCK = 512
 PASSKEY_FIELDS = ("distance", "kind", "query_at", "logprob", "correct")
+SHARED_SETTINGS = ("plan", "model", "train_len", "n_windows", "key_sentence", "query_sentence")  # one per store
 
 
 def read_window_file(path: Path) -> tuple[dict, list[dict], dict[str, torch.Tensor]]:
@@ -71,7 +79,14 @@ def _window_values(settings: dict, trials: list[dict], tensors: dict) -> dict[st
     pad = blocks * NLL_BLOCK - settings["T"]
     kinds = [KINDS.index(t["kind"]) for t in trials]
     distance = [t["query_at"] - t["key_at"] if t["kind"] != "absent" else -1 for t in trials]
-    return {
+    values = {}
+    if "entropy" in tensors:  # plan v4
+        entropy = tensors["entropy"].double()  # (layers, T)
+        values["window_entropy"] = (
+            torch.nn.functional.pad(entropy, (0, pad)).view(-1, blocks, NLL_BLOCK).sum(-1)
+            / torch.nn.functional.pad(torch.ones(settings["T"]), (0, pad)).view(blocks, NLL_BLOCK).sum(-1)
+        ).float()
+    return values | {
         "window_r": p.layer_resolutions().float(),
         "window_r_sink_free": p.layer_resolutions(sink=False).float(),
         "nll_sum": torch.nn.functional.pad(nll, (0, pad)).view(blocks, NLL_BLOCK).sum(-1).float(),
@@ -108,7 +123,10 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
             settings, trials, raw = read_window_file(by_window[w])
             if (settings["configuration"], settings["T"], settings["window"]) != (name, T, w):
                 raise ValueError(f"window file {by_window[w]} holds {settings['configuration']} T={settings['T']}")
-            shared = {k: settings[k] for k in ("model", "train_len", "n_windows", "key_sentence", "query_sentence")}
+            shared = {
+                k: settings.get(k)
+                for k in ("plan", "model", "train_len", "n_windows", "key_sentence", "query_sentence")
+            }
             if common is None:
                 common = shared
             elif shared != common:
@@ -129,6 +147,11 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
             "rope": settings["rope"],
             "mask": settings["mask"],
         }
+        if settings.get("plan") == "v4":
+            entries[prefix] |= {"kind": settings["kind"], "remap": settings["remap"]}
+            for field in ("s_hat", "key0"):
+                codes, low, step = quantize(getattr(mean, field).float().mean(1))  # (layers, T): one head, the mean
+                tensors |= {f"{prefix}/{field}": codes, f"{prefix}/{field}.low": low, f"{prefix}/{field}.step": step}
     for prefix, (info, old) in _kept_from(store, entries, common).items():
         entries[prefix] = info
         tensors.update(old)
@@ -177,10 +200,26 @@ class Entry:
     nll_sum: torch.Tensor  # (W, blocks)
     nll_count: torch.Tensor
     passkey: dict[str, torch.Tensor]  # each (W, trials)
+    kind: str | None = None  # plan v4 on: the configuration's kind
+    mask: dict | None = None
+    s_hat: torch.Tensor | None = None  # (layers, T) window-mean ŝ, head mean (plan v4 on)
+    key0: torch.Tensor | None = None  # (layers, T)
+    window_entropy: torch.Tensor | None = None  # (W, layers, blocks)
 
     @property
     def windows(self) -> int:
         return self.window_r.shape[0]
+
+    def profile(self) -> Profile:
+        """The stored window-mean ŝ and key-0 scores as a :class:`store.Profile` (one head: their head
+        mean), so R comes from :meth:`store.Profile.layer_resolutions` like every other store's; its NLL is
+        each block's mean at every position of the block. Plan v3's store keeps no ŝ: a ValueError."""
+        if self.s_hat is None:
+            raise ValueError(f"{self.configuration} at T = {self.T}: this store keeps R, not ŝ (plan v3)")
+        blocks = self.nll_sum.double().sum(0) / self.nll_count.double().sum(0).clamp(min=1)
+        nll = blocks.repeat_interleave(NLL_BLOCK)[: self.T]
+        meta = {"encoding": "rope", "seed": 0, "train_len": self.train_len, "mask": self.mask}
+        return Profile(self.configuration, meta, self.T, False, self.s_hat[:, None], nll, self.key0[:, None])
 
     def passed(self) -> torch.Tensor:
         """(W, trials) bool: every digit top-1."""
@@ -250,8 +289,23 @@ def load(path: str | Path) -> ConfiguredStore:
         bad = [k for k, t in {**get, **passkey}.items() if t.ndim >= 2 and t.shape[0] != W]
         if bad or not all(torch.isfinite(get[k]).all() for k in ("window_r", "mean_r")):
             raise ValueError(f"configurations store {path}: {prefix} has malformed {bad or 'R values'}")
+        v4 = {}
+        if f"{prefix}/s_hat" in tensors:
+            for field in ("s_hat", "key0"):
+                codes, low, step = (tensors.get(f"{prefix}/{field}{suffix}") for suffix in ("", ".low", ".step"))
+                if codes is None or low is None or step is None or codes.shape != (get["mean_r"].shape[0], info["T"]):
+                    raise ValueError(f"configurations store {path}: {prefix}/{field} is missing or malformed")
+                v4[field] = dequantize(codes, low, step)
+            v4["window_entropy"] = tensors.get(f"{prefix}/window_entropy")
         entries[(info["configuration"], info["T"])] = Entry(
-            info["configuration"], info["T"], about["train_len"], **get, passkey=passkey
+            info["configuration"],
+            info["T"],
+            about["train_len"],
+            **get,
+            passkey=passkey,
+            kind=info.get("kind"),
+            mask=info["mask"],
+            **v4,
         )
     return ConfiguredStore(about, entries)
 
@@ -270,20 +324,27 @@ def records(store: ConfiguredStore) -> list[dict]:
     passkey accuracy, as ``results`` prints them."""
     out = []
     for (name, T), e in sorted(store.entries.items()):
+        stored = None
+        if e.s_hat is not None:  # plan v4 on: R of the stored ŝ, recomputed here
+            profile = e.profile()
+            stored = {"": profile.layer_resolutions(), "_sink_free": profile.layer_resolutions(sink=False)}
         for layer in [*range(e.window_r.shape[1]), "mean"]:
             pick = (lambda t: t.mean(-1)) if layer == "mean" else (lambda t, i=layer: t[..., i])
-            out.append(
-                {
-                    "configuration": name,
-                    "eval_len": T,
-                    "layer": layer,
-                    "windows": e.windows,
-                    "resolution": float(pick(e.window_r).mean()),
-                    "resolution_sink_free": float(pick(e.window_r_sink_free).mean()),
-                    "resolution_of_mean_s_hat": float(pick(e.mean_r)),
-                    "resolution_of_mean_s_hat_sink_free": float(pick(e.mean_r_sink_free)),
-                }
-            )
+            record = {
+                "configuration": name,
+                "eval_len": T,
+                "layer": layer,
+                "windows": e.windows,
+                "resolution": float(pick(e.window_r).mean()),
+                "resolution_sink_free": float(pick(e.window_r_sink_free).mean()),
+                "resolution_of_mean_s_hat": float(pick(e.mean_r)),
+                "resolution_of_mean_s_hat_sink_free": float(pick(e.mean_r_sink_free)),
+            }
+            if e.kind is not None:
+                record["kind"] = e.kind
+            if stored is not None:
+                record |= {f"resolution_of_stored_s_hat{tag}": float(pick(r)) for tag, r in stored.items()}
+            out.append(record)
         passed = e.passed()
         for kind_index, kind in enumerate(KINDS):
             of_kind = e.passkey["kind"] == kind_index

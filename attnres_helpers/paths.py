@@ -48,7 +48,7 @@ HF_COMMAND = "python -m attnres_helpers hf-train"
 FAMILY_COMMAND = "python -m attnres_helpers family"
 FAMILY_V2_COMMAND = "python -m attnres_helpers family-v2"
 CONFIGURATIONS_COMMAND = "python -m attnres_helpers configurations"
-CONFIGURATIONS_RUNS = RUNS / "configurations"  # one file per (configuration, T, window), git-ignored
+CONFIGURATIONS_RUNS = RUNS / "configurations-v4"  # <model>/<configuration>/<T>/window-<w>, git-ignored
 # Every shipped store, by name: the one place that says where each is. Specs, commands, scripts, tests and
 # notebooks read it; the command that makes each is in brackets.
 STORES = {
@@ -61,12 +61,15 @@ STORES = {
     "pretrained": RESULTS / "pretrained.safetensors",  # SmolLM2-135M-Instruct, notebook 07 (measure-pretrained)
     "gemma3": RESULTS / "gemma3.safetensors",  # Gemma 3 270M, notebook 07 (measure-pretrained)
     "sinks": RESULTS / "sinks.safetensors",  # does a real model's sink follow its token? notebook 07 (sinks)
-    "configurations": RESULTS / "configurations.safetensors",  # plan v3, notebook 08 (configurations)
+    "configurations": RESULTS / "configurations.safetensors",  # plan v3, notebook 08 (configurations at 4627c06)
+    "configurations_v4": RESULTS / "configurations_v4.safetensors",  # plan v4, notebook 08 (configurations)
     "round2": DATA / "sweep" / "round2.safetensors",  # the GPU sweep's second round (scripts/gpu_runs.py)
 }
 CONFIGURATIONS_STORE = STORES["configurations"]
+CONFIGURATIONS_V4_STORE = STORES["configurations_v4"]
 SINKS = STORES["sinks"]
 CONFIGURATIONS_PLAN = RESULTS / "configurations_plan_v3.md"
+CONFIGURATIONS_PLAN_V4 = RESULTS / "configurations_plan_v4.md"
 # Each folder of trained runs: the command that makes it, and the store its measurements go to.
 RUN_FOLDERS = {
     HF_CHECKPOINTS: (HF_COMMAND, STORES["hf"]),

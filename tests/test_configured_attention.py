@@ -127,3 +127,14 @@ def test_a_query_block_sees_only_the_keys_its_mask_allows():
         many = ca.blockwise_attention(q, k, v, 0.3, mask, far, block=6)
         for a, b in zip(one, many):
             torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+def test_the_fused_causal_kernel_gives_the_blockwise_output_and_entropy():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 3, 70, 8, generator=g) for _ in range(3))
+    from attnres_helpers.masks import CAUSAL
+
+    fused = ca.fused_causal_attention(q, k, v, 0.4)
+    blockwise = ca.blockwise_attention(q, k, v, 0.4, CAUSAL, block=16)
+    for a, b in zip(fused, blockwise):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

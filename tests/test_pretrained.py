@@ -5,6 +5,7 @@ command that fetches it, where it is absent; ``.ci/run`` fetches it first and se
 ATTNRES_REQUIRE_PRETRAINED=1, so there a missing model is a failure, not a skip.
 """
 
+import json
 import os
 import zipfile
 
@@ -17,9 +18,8 @@ pytest.importorskip("transformers")
 from attnres_helpers import configured_store  # noqa: E402
 from attnres_helpers.hf import attention, fetch  # noqa: E402
 from attnres_helpers.hf.configurations import CONFIGURATIONS, applied  # noqa: E402
-from attnres_helpers.hf.configured import measure_configurations  # noqa: E402
-from attnres_helpers.hf.models import SMOLLM2  # noqa: E402
-from attnres_helpers.hf.pretrained import held_out_ids, load_tokenizer, plan_windows, window_statistics  # noqa: E402
+from attnres_helpers.hf.models import GEMMA3, SMOLLM2  # noqa: E402
+from attnres_helpers.hf.pretrained import held_out_ids, plan_windows, window_statistics  # noqa: E402
 from attnres_helpers.metric import expected_scores  # noqa: E402
 from attnres_helpers.store import load_profiles, records  # noqa: E402
 
@@ -145,24 +145,74 @@ def test_configurations_marked_so_compute_what_the_model_as_trained_computes_ins
     assert model.config.rope_parameters == {"rope_theta": 100000.0, "rope_type": "default"}  # restored
 
 
-def test_the_configurations_run_resumes_and_builds_its_store(model, tmp_path):
-    """The whole loop at a small L (1024, one window) over one RoPE scaling and one mask (each configuration's
-    own forward pass is checked at 256 above; on 2 cores all ten jobs took 137 s, these four 61 s): every job
-    measured once, a rerun measures none, a window file of other settings is refused, and the store reads
-    back with the configurations measured and BCA inside L as the model as trained."""
-    tokenizer = load_tokenizer(fetch.model_dir(SMOLLM2))
-    folder, chosen = tmp_path / "runs", ("pi-2", "bca")
-    run = dict(configurations=chosen, n_windows=1, progress=False)
-    # as-trained and pi-2 at L (bca is as-trained there), pi-2 and bca at 2L
-    assert measure_configurations(model, tokenizer, folder, "test", 1024, **run) == 4
-    assert measure_configurations(model, tokenizer, folder, "test", 1024, **run) == 0
-    with pytest.raises(ValueError, match="other settings \\(model\\)"):
-        measure_configurations(model, tokenizer, folder, "other", 1024, **run)
-    known = {
-        c.name: {"label": c.label, "same_as_trained_up_to_L": c.same_as_trained_up_to_L}
-        for c in CONFIGURATIONS.values()
+@pytest.fixture(scope="module")
+def tiny_llama_folder(tmp_path_factory):
+    """A random one-layer Llama of context 1024 with SmolLM2's tokenizer, saved as a `transformers` folder."""
+    import shutil
+
+    import transformers
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=1024,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+    )
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(fetch.model_dir(SMOLLM2) / name, folder / name)
+    return folder
+
+
+def test_a_tiny_llama_folder_is_measured_under_yarn_2_from_the_command_line(tiny_llama_folder, tmp_path, cli):
+    """configurations --model FOLDER --only yarn-2 --windows 1: yarn-2 at L (YaRN differs inside L) and 2L;
+    a rerun measures nothing; the store reads back with R recomputed from its stored ŝ, with and without the
+    sink, equal to the R of the window-mean ŝ it was built from."""
+    work, store = tmp_path / "work", tmp_path / "s.safetensors"
+    args = ["configurations", "--model", str(tiny_llama_folder), "--only", "yarn-2", "--windows", "1"]
+    args += ["--work", str(work), "--store", str(store), "--quiet"]
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.relative_to(work).as_posix() for p in work.glob("*/*/*.safetensors")) == [
+        "yarn-2/1024/window-0.safetensors",
+        "yarn-2/2048/window-0.safetensors",
+    ]
+    before = {p: p.stat().st_mtime_ns for p in work.glob("*/*/*.safetensors")}
+    assert cli(*args).returncode == 0
+    assert before == {p: p.stat().st_mtime_ns for p in work.glob("*/*/*.safetensors")}  # nothing measured again
+    loaded = configured_store.load(store)
+    assert loaded.configurations() == ["yarn-2"]
+    assert loaded.entry("yarn-2", 2048).kind == "rescaled" and loaded.entry("yarn-2", 2048).s_hat.shape == (1, 2048)
+    result = cli("results", "--json", "--store", str(store))
+    assert result.returncode == 0, result.stderr
+    layers = [r for r in json.loads(result.stdout) if r.get("layer") == 0]
+    assert len(layers) == 2
+    for r in layers:  # int16 codes of ŝ: R within a code step's effect
+        for tag in ("", "_sink_free"):
+            a, b = r[f"resolution_of_stored_s_hat{tag}"], r[f"resolution_of_mean_s_hat{tag}"]
+            assert abs(a - b) <= 1e-4 * abs(b) + 1e-7, (r["configuration"], tag, a, b)
+
+
+def test_the_configurations_command_refuses_bad_input_in_one_line_before_any_work(tiny_llama_folder, tmp_path, cli):
+    text = tmp_path / "notes.txt"
+    text.write_text("mine")
+    cases = {
+        ("--only", "yarn-3"): "unknown configuration yarn-3",
+        ("--model", str(fetch.model_dir(GEMMA3)), "--only", "yarn-2"): "several RoPE bases",
+        ("--store", str(text)): "is not a configurations store",
+        ("--store", ""): "--store is empty",
     }
-    store = configured_store.load(configured_store.build(folder, tmp_path / "s.safetensors", known))
-    assert store.configurations() == ["as-trained", "pi-2", "bca"]
-    assert store.entry("bca", 1024) is store.entry("as-trained", 1024)
-    assert store.entry("as-trained", 1024).passed()[0, -4:].tolist()[:2] == [True, True]  # the ceiling controls
+    for extra, message in cases.items():
+        args = ["configurations", "--model", str(tiny_llama_folder), "--work", str(tmp_path / "w"), *extra]
+        if extra[0] == "--model":
+            args = ["configurations", *extra, "--work", str(tmp_path / "w")]
+        result = cli(*args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode != 0 and message in result.stderr and len(lines) == 1, result.stderr
+    assert text.read_text() == "mine" and not (tmp_path / "w").exists()

@@ -209,6 +209,18 @@ def rotary_module(model: PreTrainedModel):
     return base.rotary_emb
 
 
+def check_config(config, configuration: Configuration) -> None:
+    """A one-line ValueError if a model of this `transformers` config cannot take ``configuration``,
+    before any weight is read: it needs one RoPE (``rope_parameters`` with one ``rope_theta``)."""
+    rope = getattr(config, "rope_parameters", None)
+    if not isinstance(rope, dict) or not isinstance(rope.get("rope_theta"), (int, float)):
+        kind = "several RoPE bases (one per layer type)" if isinstance(rope, dict) and rope else "no rotary embedding"
+        raise ValueError(
+            f"{config.model_type} has {kind}: configuration {configuration.name!r} needs one RoPE base to "
+            "reconfigure (models with two RoPE bases, such as Gemma 3, are not supported)"
+        )
+
+
 def check_applies(model: PreTrainedModel, configuration: Configuration) -> None:
     """A one-line ValueError if ``configuration`` cannot be applied to ``model`` (before any work)."""
     if configuration.name not in CONFIGURATIONS or CONFIGURATIONS[configuration.name] != configuration:

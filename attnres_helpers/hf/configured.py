@@ -21,6 +21,7 @@ are measured once, as ``as-trained``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -203,3 +204,63 @@ def measure_configurations(
             print(f"{name} T={T} window {w}: {bar.format_dict['elapsed']:.0f} s elapsed", file=log, flush=True)
     bar.close()
     return len(todo)
+
+
+def measure_and_build(
+    model: str,
+    configurations: Sequence[str] | None = None,
+    n_windows: int = N_WINDOWS,
+    work: str | Path | None = None,
+    store: str | Path | None = None,
+    log: str | Path | None = None,
+    progress: bool = True,
+    build_only: bool = False,
+) -> Path:
+    """The ``configurations`` command: ``model`` (a registry name, verified, or a `transformers` folder)
+    under ``configurations`` (default: all), measured into ``work`` (default
+    ``runs/configurations-v4/<model>``) unless ``build_only``, then the store built from every finished
+    window (default SmolLM2's shipped v4 store, else ``<work>/store.safetensors``). The store's kind and
+    every configuration against the model's config are checked before any weight is read."""
+    from ..configured_store import build, is_configured_store
+    from ..files import exclusive, folder_fingerprint, sums_fingerprint
+    from ..paths import CONFIGURATIONS_RUNS, CONFIGURATIONS_V4_STORE
+    from .configurations import check_config
+    from .folders import load_config, load_pretrained, local_folder
+    from .models import PRETRAINED_MODELS, SMOLLM2
+    from .pretrained import load_tokenizer
+
+    chosen = list(configurations or CONFIGURATIONS)
+    unknown = [c for c in chosen if c not in CONFIGURATIONS]
+    if unknown:
+        raise ValueError(f"unknown configurations {', '.join(unknown)}; known: {', '.join(CONFIGURATIONS)}")
+    entry = PRETRAINED_MODELS.get(str(model))
+    if entry is not None:
+        from . import fetch
+
+        folder = fetch.verify(entry)
+    else:
+        folder = local_folder(Path(str(model)))
+    name = entry.name if entry is not None else folder.name
+    default = CONFIGURATIONS_V4_STORE if entry is SMOLLM2 else CONFIGURATIONS_RUNS / name / "store.safetensors"
+    store = Path(store) if store else default
+    if store.exists() and not is_configured_store(store):
+        raise ValueError(f"{store} is not a configurations store; give another --store (nothing was written)")
+    work = Path(work) if work else CONFIGURATIONS_RUNS / name
+    if not build_only:
+        config = load_config(folder)
+        for c in chosen:
+            check_config(config, CONFIGURATIONS[c])  # one line, before any weight is read
+        if entry is not None:
+            loaded, model_id = fetch.load(entry), f"{entry.title}@{sums_fingerprint(folder)}"
+        else:
+            loaded, model_id = load_pretrained(folder), f"{folder.name}@{folder_fingerprint(folder)}"
+        train_len = entry.context if entry is not None else config.max_position_embeddings
+        with exclusive(work / "measuring"), open(log, "a") if log else contextlib.nullcontext() as out:
+            measure_configurations(
+                loaded, load_tokenizer(folder), work, model_id, train_len, chosen, n_windows, out, progress
+            )
+    known = {
+        c.name: {"label": c.label, "kind": c.kind, "same_as_trained_up_to_L": c.same_as_trained_up_to_L}
+        for c in CONFIGURATIONS.values()
+    }
+    return build(work, store, known)

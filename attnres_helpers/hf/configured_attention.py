@@ -23,6 +23,7 @@ the merged scores the softmax saw.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -33,7 +34,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from ..masks import Mask, expected_scores_masked
+from ..masks import CAUSAL, Mask, expected_scores_masked
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -111,6 +112,47 @@ def _scores(q: torch.Tensor, k: torch.Tensor, a: int, b: int, lo: int, sinks: in
     return torch.cat([q[..., a:b, :] @ k[..., :sinks, :].transpose(-1, -2), run], dim=-1)
 
 
+@dataclass(frozen=True)
+class _Block:
+    """Queries a … b − 1 score the first ``sinks`` keys and keys lo … b − 1; ``masked``: (first, last,
+    excluded) column ranges holding pairs the mask excludes; ``near``: (first column, is-near) of the
+    columns within a remap's window of some query (None without a remap)."""
+
+    a: int
+    b: int
+    lo: int
+    sinks: int
+    masked: tuple[tuple[int, int, torch.Tensor], ...]
+    near: tuple[int, int, torch.Tensor, torch.Tensor] | None
+
+
+@functools.lru_cache(maxsize=16)
+def _blocks(mask: Mask, T: int, block: int, window: int | None) -> tuple[_Block, ...]:
+    """The query blocks of a window of T tokens under ``mask`` (and a remap's ``window``), worked out once
+    per (mask, T) and used by every layer. The mask can exclude pairs only among the sinks, the run's keys
+    before ``first_key`` of the block's last query, and the causal triangle, so only those are tested."""
+    out = []
+    for a in range(0, T, block):
+        b = min(a + block, T)
+        lo = mask.first_key(a)
+        sinks = min(mask.sinks, lo)
+        keys = torch.cat([torch.arange(sinks), torch.arange(lo, b)])
+        i = torch.arange(a, b)[:, None]
+        masked = []
+        left = sinks + mask.first_key(b - 1) - lo
+        for first, last in sorted({(0, left), (len(keys) - (b - a), len(keys))}):
+            allowed = mask.allowed_pairs(i, keys[first:last])
+            if not bool(allowed.all()):
+                masked.append((first, last, ~allowed))
+        near = None
+        if window is not None:
+            first_near = max(lo, a - window + 1)  # keys before it are far for every query of the block
+            col = sinks + first_near - lo
+            near = (first_near, col, i - keys[col:] < window, i - keys[:sinks] < window)
+        out.append(_Block(a, b, lo, sinks, tuple(masked), near))
+    return tuple(out)
+
+
 def blockwise_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -125,39 +167,25 @@ def blockwise_attention(
     ≥ W taken from them. The entropy is log Z − Σ_j p_ij (e_ij − m_i), with m_i the row's largest score
     and Z = Σ_j exp(e_ij − m_i): one exponential per pair, no log of a probability.
 
-    A block scores the first ``mask.sinks`` keys and the run of keys from ``mask.first_key`` of its first
-    query to its last query; the mask can then exclude pairs only among the sinks, the run's keys before
-    ``first_key`` of its last query, and the causal triangle, so only those columns are tested. Under a
-    remap the far scores are computed for every key and the true-position ones only for the keys within W
-    of some query of the block."""
+    Each block scores only the keys its queries can see (:func:`_blocks`). Under a remap the far scores
+    are computed for every key and the true-position ones only for the keys within W of some query."""
     B, H, T, _ = q.shape
     out = q.new_empty(B, H, T, v.shape[-1])
     entropy = q.new_empty(B, H, T)
     q = q * scaling
-    for a in range(0, T, block):
-        b = min(a + block, T)
-        lo = mask.first_key(a)
-        sinks = min(mask.sinks, lo)
-        keys = torch.cat([torch.arange(sinks), torch.arange(lo, b)])  # (K,) the keys this block scores
-        i = torch.arange(a, b)[:, None]
+    q_far = None if far is None else far[0] * scaling
+    for blk in _blocks(mask, T, block, None if far is None else far[2]):
+        a, b, lo, sinks = blk.a, blk.b, blk.lo, blk.sinks
         if far is None:
             s = _scores(q, k, a, b, lo, sinks)  # (B, H, b − a, K)
         else:
-            q_far, k_far, window = far
-            s = _scores(q_far * scaling, k_far, a, b, lo, sinks)
-            first_near = max(lo, a - window + 1)  # keys before it are far for every query of the block
-            near = _scores(q, k, a, b, first_near, 0)
-            col = sinks + first_near - lo
-            s[..., col:] = torch.where(i - keys[col:] < window, near, s[..., col:])
-            if sinks:
-                s[..., :sinks] = torch.where(
-                    i - keys[:sinks] < window, _scores(q, k, a, b, 0, 0)[..., :sinks], s[..., :sinks]
-                )
-        left = sinks + mask.first_key(b - 1) - lo  # the sinks, and the run's keys some query no longer sees
-        for first, last in {(0, left), (len(keys) - (b - a), len(keys))}:  # and the causal triangle
-            allowed = mask.allowed_pairs(i, keys[first:last])
-            if not bool(allowed.all()):
-                s[..., first:last].masked_fill_(~allowed, MASKED)
+            s = _scores(q_far, far[1], a, b, lo, sinks)
+            first_near, col, near_run, near_sinks = blk.near
+            s[..., col:] = torch.where(near_run, _scores(q, k, a, b, first_near, 0), s[..., col:])
+            if sinks and bool(near_sinks.any()):
+                s[..., :sinks] = torch.where(near_sinks, q[..., a:b, :] @ k[..., :sinks, :].mT, s[..., :sinks])
+        for first, last, excluded in blk.masked:
+            s[..., first:last].masked_fill_(excluded, MASKED)
         s.sub_(s.amax(-1, keepdim=True))  # e − m
         p = s.exp()
         z = p.sum(-1)  # (B, H, b − a)
@@ -167,6 +195,19 @@ def blockwise_attention(
             o += p[..., :sinks] @ v[..., :sinks, :]
         out[..., a:b, :] = o / z[..., None]
     return out, entropy
+
+
+def fused_causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`blockwise_attention` under the plain causal mask by torch's fused CPU kernel, which never
+    holds a score matrix and also returns each row's log Z: the output from one call, and Σ_j p_ij e_ij
+    = scaling · q_i · Σ_j p_ij k_j from a second call whose values are the keys, so the entropy is
+    log Z − scaling · q_i · (Σ_j p_ij k_j). (B, H, T, d) each -> (out, entropy (B, H, T))."""
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    out, log_z = flash(q, k, v, 0.0, True, scale=scaling)
+    mean_key, _ = flash(q, k, k, 0.0, True, scale=scaling)
+    return out, log_z - scaling * (q * mean_key).sum(-1)
 
 
 def _configured_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -185,7 +226,10 @@ def _configured_attention(module, query, key, value, attention_mask, scaling=Non
     far = None
     if state.remap is not None:
         far = (rotate(query.float(), *rotations[2:4]), rotate(k.float(), *rotations[4:6]), state.remap.window)
-    out, entropy = blockwise_attention(q_near, k_near, v.float(), scaling, state.mask, far)
+    if far is None and state.mask == CAUSAL and query.device.type == "cpu":
+        out, entropy = fused_causal_attention(q_near, k_near, v.float(), scaling)
+    else:
+        out, entropy = blockwise_attention(q_near, k_near, v.float(), scaling, state.mask, far)
     if state.consumer is not None:
         state.consumer(
             ConfiguredLayer(

@@ -41,6 +41,7 @@ LAYERS = [
         "configured_plots",
         "secondary_v2",
         "plan_v3_review",
+        "plan_v4",
     },  # queries and pictures over stores
     {"__main__", "__init__"},
 ]
@@ -54,6 +55,7 @@ STORE_CONSUMERS = [
     "configured_analysis.py",
     "configured_plots.py",
     "plan_v3_review.py",
+    "plan_v4.py",
     "widgets/trained.py",
     "widgets/trained_figure.py",
 ]

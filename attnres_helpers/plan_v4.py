@@ -1,0 +1,377 @@
+"""Plan v4 as code (``data/results/configurations_plan_v4.md``): does R order training-free configurations
+of one real model, within their kinds, better than the kind, perplexity and attention entropy do?
+
+Every number is a query over the configurations store (:mod:`attnres_helpers.configured_store`): per
+window of L and of 2L, the layer-mean R with and without the first-token entries, the NLL by block, the
+attention entropy by block, and every passkey trial. :func:`collect` gathers one value per (configuration,
+window) for each quantity of the plan; the tests resample **windows** (jointly for every configuration,
+which share them) for their intervals and permute **configurations** for their p-values:
+
+- :func:`across`: Spearman's ρ over the configurations, its two-sided permutation p by
+  ``scipy.stats.permutation_test`` (exact when every ordering is counted, sampled beyond), its window
+  bootstrap interval;
+- :func:`within_kinds`: the primary test: the kinds' ρ's averaged (weighted by kind size), its p from
+  permutations within kinds (exact up to :data:`MAX_EXACT` orderings), its window-bootstrap interval;
+- :func:`head_to_head`: R(2L) against a rival predictor (the NLL past L, the entropy past L) on the same
+  resamples: the difference of their |ρ| and R's partial ρ given the rival.
+
+Result objects carry scipy's field names (``statistic``, ``pvalue``, ``confidence_interval``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.stats import permutation_test
+
+from .configured_store import NLL_BLOCK, ConfiguredStore, nll_mean
+from .passkey import FAR_FRACTIONS, KINDS, NEAR_FRACTIONS
+from .stats import Estimate, average_ranks, partial_spearman, percentile_interval
+
+REACH = {"as-trained": 1.0, "rescaled": 1.0, "remapped": 1.0, "masked": 0.0, "windowed": 0.0}  # every key at 2L
+VALIDITY = {"near inside L": 0.5, "ceiling": 0.9, "absent": 0.05}  # the model as trained, windows of L
+BROKEN_CEILING = 0.9  # a configuration whose ceiling past L is below this is broken
+OUTCOMES = ("NLL rise", "near past L", "far")
+EXPECTED_SIGN = {"NLL rise": -1, "near past L": +1, "far": +1}
+PRIMARY = "R(2L)"
+PREDICTORS = (PRIMARY, "R(2L) sink-free", "drop")
+BASELINES = ("NLL ≥ L", "entropy ≥ L", "R(L)", "reach")
+RIVALS = ("NLL ≥ L", "entropy ≥ L")
+L_KEYS = ("R(L)", "R(L) sink-free", "near at L", "ceiling at L", "absent at L")  # from the windows of L
+MAX_EXACT = 100_000  # within-kind orderings counted exactly up to this many
+PERMUTATIONS = 99_999  # sampled beyond it
+
+
+def _fraction(passed: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """Per window, the share of the chosen trials that passed (NaN where a window has none)."""
+    n = chosen.sum(-1)
+    return np.where(n > 0, (passed & chosen).sum(-1) / np.maximum(n, 1), np.nan)
+
+
+def per_window(store: ConfiguredStore, configuration: str) -> dict[str, np.ndarray]:
+    """Each plan quantity of one configuration, one value per window (of L or of 2L as named)."""
+    L = store.train_len
+    near = {int(round(f * L)) for f in NEAR_FRACTIONS}
+    far = {int(round(f * L)) for f in FAR_FRACTIONS}
+    out = {}
+    for T, tag in ((L, "L"), (2 * L, "2L")):
+        entry = store.entry(configuration, T)
+        out[f"R({tag})"] = entry.window_r.double().mean(-1).numpy()
+        out[f"R({tag}) sink-free"] = entry.window_r_sink_free.double().mean(-1).numpy()
+        passed, kinds = entry.passed().numpy(), entry.passkey["kind"].numpy()
+        d, at = entry.passkey["distance"].numpy(), entry.passkey["query_at"].numpy()
+        trial, ceiling, absent = (kinds == KINDS.index(k) for k in ("trial", "ceiling", "absent"))
+        is_near = trial & np.isin(d, list(near))
+        if T == L:
+            out["near at L"] = _fraction(passed, is_near)
+            out["ceiling at L"] = _fraction(passed, ceiling)
+            out["absent at L"] = _fraction(passed, absent)
+            continue
+        out["near past L"] = _fraction(passed, is_near & (at >= L))
+        out["near inside L"] = _fraction(passed, is_near & (at < L))
+        out["far"] = _fraction(passed, trial & np.isin(d, list(far)))
+        out["ceiling past L"] = _fraction(passed, ceiling & (at >= L))
+        out["ceiling inside L"] = _fraction(passed, ceiling & (at < L))
+        out["absent"] = _fraction(passed, absent)
+        out["NLL < L"] = nll_mean(entry, 0, L).numpy()
+        out["NLL ≥ L"] = nll_mean(entry, L, 2 * L).numpy()
+        out["NLL rise"] = out["NLL ≥ L"] - out["NLL < L"]
+        if entry.window_entropy is not None:
+            out["entropy ≥ L"] = entry.window_entropy[..., L // NLL_BLOCK :].double().mean((-1, -2)).numpy()
+        out["reach"] = np.full(entry.windows, REACH[entry.kind])
+    return out
+
+
+@dataclass(frozen=True)
+class Collected:
+    """Per quantity, (configurations, windows) values over the windows every configuration has."""
+
+    names: tuple[str, ...]
+    kinds: tuple[str, ...]
+    values: dict[str, np.ndarray]
+
+    def windows(self, key: str) -> int:
+        return self.values[key].shape[1]
+
+    def means(self, key: str, draws_L: np.ndarray | None = None, draws_2L: np.ndarray | None = None) -> np.ndarray:
+        """(C,) window means, or (B, C) over draws of window indices (B, W) of each length; ``drop`` is
+        the ratio of the means of R(2L) and R(L)."""
+        if key == "drop":
+            return self.means("R(2L)", draws_L, draws_2L) / self.means("R(L)", draws_L, draws_2L)
+        v = self.values[key]  # (C, W)
+        draws = draws_L if key in L_KEYS else draws_2L
+        if draws is None:
+            return np.nanmean(v, axis=-1)
+        return np.nanmean(v[:, draws], axis=-1).T  # (C, B, W) -> (B, C)
+
+    def without(self, dropped: set[str]) -> Collected:
+        keep = [i for i, n in enumerate(self.names) if n not in dropped]
+        return Collected(
+            tuple(self.names[i] for i in keep),
+            tuple(self.kinds[i] for i in keep),
+            {k: v[keep] for k, v in self.values.items()},
+        )
+
+
+def collect(store: ConfiguredStore) -> Collected:
+    """Every configuration measured at both lengths, each quantity cut to the windows all of them have
+    (a run under way leaves some a window ahead)."""
+    L = store.train_len
+    names = []
+    for name in store.configurations():
+        try:
+            store.entry(name, L), store.entry(name, 2 * L)
+        except KeyError:
+            continue
+        names.append(name)
+    rows = [per_window(store, n) for n in names]
+    keys = [k for k in rows[0] if all(k in r for r in rows)] if rows else []
+    values = {k: np.stack([r[k][: min(len(q[k]) for q in rows)] for r in rows]) for k in keys}
+    kinds = tuple(store.entry(n, 2 * L).kind or "as-trained" for n in names)
+    return Collected(tuple(names), kinds, values)
+
+
+def _rho_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's ρ of each pair of rows (..., n) (Pearson's r of average ranks); NaN where a row is constant."""
+    rx, ry = (r - r.mean(-1, keepdims=True) for r in (average_ranks(x), average_ranks(y)))
+    norm = np.sqrt((rx**2).sum(-1) * (ry**2).sum(-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm > 1e-12, (rx * ry).sum(-1) / np.where(norm > 0, norm, 1), np.nan)
+
+
+@dataclass(frozen=True)
+class RankTest:
+    """One test of a predictor against an outcome over the configurations."""
+
+    predictor: str
+    outcome: str
+    n: int
+    statistic: float  # ρ (across), or the kinds' weighted mean ρ (within kinds)
+    pvalue: float
+    confidence_interval: tuple[float, float]
+    exact: bool  # the p counts every ordering
+    kinds: tuple[str, ...] = field(default=())  # the kinds that entered (within kinds)
+
+
+def _draws(W: int, n_resamples: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, W, size=(n_resamples, W))
+
+
+def _interval(replicates: np.ndarray, confidence_level: float) -> tuple[float, float]:
+    replicates = replicates[~np.isnan(replicates)]
+    if len(replicates) == 0:
+        return (math.nan, math.nan)
+    return tuple(float(v) for v in percentile_interval(replicates, confidence_level))
+
+
+def _boot(data: Collected, keys: tuple[str, ...], n_resamples: int, rng: int) -> list[np.ndarray]:
+    """(B, C) means of each key over the same window draws (windows of L and of 2L drawn apart)."""
+    d_L = _draws(data.windows("R(L)"), n_resamples, rng)
+    d_2L = _draws(data.windows("R(2L)"), n_resamples, rng + 1)
+    return [data.means(k, d_L, d_2L) for k in keys]
+
+
+def across(
+    data: Collected,
+    predictor: str,
+    outcome: str,
+    n_resamples: int = 10_000,
+    confidence_level: float = 0.95,
+    rng: int = 0,
+    permutations: int = PERMUTATIONS,
+) -> RankTest:
+    """Spearman's ρ of the predictor's and the outcome's window means over the configurations; the
+    two-sided p of ``scipy.stats.permutation_test`` (pairings: exact when n! ≤ ``permutations``); the
+    window-bootstrap percentile interval (resamples where a side is constant left out)."""
+    x, y = data.means(predictor), data.means(outcome)
+    rho = float(_rho_rows(x, y))
+    if math.isnan(rho):
+        return RankTest(predictor, outcome, len(x), math.nan, math.nan, (math.nan, math.nan), False)
+    test = permutation_test(
+        (x,),
+        lambda a, axis=-1: _rho_rows(a, np.broadcast_to(y, a.shape)),
+        permutation_type="pairings",
+        n_resamples=permutations,
+        alternative="two-sided",
+        vectorized=True,
+        rng=np.random.default_rng(rng),
+    )
+    xb, yb = _boot(data, (predictor, outcome), n_resamples, rng)
+    exact = math.factorial(len(x)) <= permutations
+    return RankTest(
+        predictor, outcome, len(x), rho, float(test.pvalue), _interval(_rho_rows(xb, yb), confidence_level), exact
+    )
+
+
+def _within(x: np.ndarray, y: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
+    """The kinds' ρ's averaged with weights n_k over the kinds where both sides vary: (..., C) -> (...)."""
+    rhos = np.stack([_rho_rows(x[..., g], y[..., g]) for g in groups], -1)  # (..., kinds)
+    weights = np.array([len(g) for g in groups], dtype=float)
+    defined = ~np.isnan(rhos)
+    total = (defined * weights).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, np.where(defined, rhos, 0.0) @ weights / np.where(total > 0, total, 1), np.nan)
+
+
+def within_kinds(
+    data: Collected,
+    predictor: str,
+    outcome: str,
+    n_resamples: int = 10_000,
+    confidence_level: float = 0.95,
+    rng: int = 0,
+    permutations: int = PERMUTATIONS,
+) -> RankTest:
+    """Plan v4's primary test: within each kind of at least 3 configurations, Spearman's ρ of predictor
+    and outcome; their mean weighted by kind size over the kinds where both vary; the two-sided p from
+    permuting the outcome only within kinds (every ordering when there are at most :data:`MAX_EXACT`,
+    else ``permutations`` random ones, p = (1 + #as extreme)/(1 + permutations)); the window-bootstrap
+    interval (a kind constant in a resample drops out of that resample's mean)."""
+    x, y = data.means(predictor), data.means(outcome)
+    kinds = sorted({k for k in data.kinds if data.kinds.count(k) >= 3})
+    groups = [np.flatnonzero(np.array(data.kinds) == k) for k in kinds]
+    observed = float(_within(x, y, groups))
+    entered = tuple(k for k, g in zip(kinds, groups) if not math.isnan(float(_rho_rows(x[g], y[g]))))
+    if math.isnan(observed):
+        return RankTest(predictor, outcome, len(x), math.nan, math.nan, (math.nan, math.nan), False, entered)
+    orderings = math.prod(math.factorial(len(g)) for g in groups)
+    exact = orderings <= MAX_EXACT
+    if exact:
+        perms = [list(itertools.permutations(g)) for g in groups]
+        shuffled = np.empty((orderings, len(y)))
+        shuffled[:] = y
+        for row, choice in enumerate(itertools.product(*perms)):
+            for g, order in zip(groups, choice):
+                shuffled[row, g] = y[list(order)]
+    else:
+        generator = np.random.default_rng(rng)
+        shuffled = np.broadcast_to(y, (permutations, len(y))).copy()
+        for g in groups:
+            shuffled[:, g] = generator.permuted(shuffled[:, g], axis=1)
+    stats = _within(np.broadcast_to(x, shuffled.shape), shuffled, groups)
+    as_extreme = int((np.abs(stats) >= abs(observed) * (1 - 1e-12)).sum())
+    pvalue = as_extreme / orderings if exact else (1 + as_extreme) / (1 + permutations)
+    xb, yb = _boot(data, (predictor, outcome), n_resamples, rng)
+    interval = _interval(_within(xb, yb, groups), confidence_level)
+    return RankTest(predictor, outcome, len(x), observed, pvalue, interval, exact, entered)
+
+
+@dataclass(frozen=True)
+class HeadToHead:
+    """R against a rival predictor for one outcome, on the same window resamples."""
+
+    outcome: str
+    rival: str
+    difference: float  # |ρ(R, outcome)| − |ρ(rival, outcome)|
+    difference_interval: tuple[float, float]
+    partial: float  # R's partial ρ with the outcome given the rival
+    partial_interval: tuple[float, float]
+
+
+def _partial_rows(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    r_xy, r_xz, r_yz = _rho_rows(x, y), _rho_rows(x, z), _rho_rows(y, z)
+    denominator = (1 - r_xz**2) * (1 - r_yz**2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 1e-12, (r_xy - r_xz * r_yz) / np.sqrt(np.maximum(denominator, 1e-300)), np.nan)
+
+
+def head_to_head(
+    data: Collected,
+    outcome: str,
+    rival: str,
+    predictor: str = PRIMARY,
+    n_resamples: int = 10_000,
+    confidence_level: float = 0.95,
+    rng: int = 0,
+) -> HeadToHead:
+    """Does ``predictor`` add to ``rival``? The difference of their |ρ| with the outcome and the partial
+    ρ given the rival (:func:`stats.partial_spearman`), each with a paired window-bootstrap interval."""
+    x, y, z = data.means(predictor), data.means(outcome), data.means(rival)
+    difference = abs(float(_rho_rows(x, y))) - abs(float(_rho_rows(z, y)))
+    try:
+        partial = partial_spearman(x, y, z)
+    except ValueError:
+        partial = math.nan
+    xb, yb, zb = _boot(data, (predictor, outcome, rival), n_resamples, rng)
+    diffs = np.abs(_rho_rows(xb, yb)) - np.abs(_rho_rows(zb, yb))
+    return HeadToHead(
+        outcome,
+        rival,
+        difference,
+        _interval(diffs, confidence_level),
+        partial,
+        _interval(_partial_rows(xb, yb, zb), confidence_level),
+    )
+
+
+def summary(data: Collected, n_resamples: int = 10_000, confidence_level: float = 0.95, rng: int = 0) -> dict:
+    """{configuration: {quantity: Estimate}}: each window mean with its window-bootstrap interval."""
+    out = {name: {} for name in data.names}
+    keys = [*data.values, "drop"]
+    for key, boot in zip(keys, _boot(data, tuple(keys), n_resamples, rng)):
+        point = data.means(key)
+        for c, name in enumerate(data.names):
+            out[name][key] = Estimate(float(point[c]), *_interval(boot[:, c], confidence_level))
+    return out
+
+
+def broken(data: Collected) -> list[str]:
+    """The configurations whose ceiling control past L is below :data:`BROKEN_CEILING`."""
+    ceiling = data.means("ceiling past L")
+    return [n for n, c in zip(data.names, ceiling) if c < BROKEN_CEILING]
+
+
+def validity(data: Collected) -> tuple[bool, dict[str, float]]:
+    """Plan v4's check on the model as trained at T = L: near retrieval ≥ 0.5, ceiling ≥ 0.9, absent ≤ 0.05."""
+    i = data.names.index("as-trained")
+    got = {k: float(data.means(k)[i]) for k in ("near at L", "ceiling at L", "absent at L")}
+    ok = (
+        got["near at L"] >= VALIDITY["near inside L"]
+        and got["ceiling at L"] >= VALIDITY["ceiling"]
+        and got["absent at L"] <= VALIDITY["absent"]
+    )
+    return ok, got
+
+
+def verdict(test: RankTest, valid: bool = True, tied_in_every_kind: bool = False) -> str:
+    """Plan v4's category for one outcome from its within-kind test."""
+    if test.outcome != "NLL rise" and not valid or tied_in_every_kind or math.isnan(test.statistic):
+        return "inconclusive"
+    low, high = test.confidence_interval
+    if test.pvalue < 0.05 and (low > 0 or high < 0):
+        return "supports" if np.sign(test.statistic) == EXPECTED_SIGN[test.outcome] else "evidence against"
+    return "inconclusive"
+
+
+def tied_in_every_kind(data: Collected, outcome: str) -> bool:
+    y = data.means(outcome)
+    return all(
+        np.ptp(y[[i for i, k in enumerate(data.kinds) if k == kind]]) < 1e-12
+        for kind in set(data.kinds)
+        if data.kinds.count(kind) >= 3
+    )
+
+
+def verdicts(data: Collected, n_resamples: int = 10_000, rng: int = 0) -> list[dict]:
+    """One row per outcome: the primary's within-kind test and verdict, the same without the broken
+    configurations, the across-configuration tests of R and of each baseline, and the head-to-heads."""
+    valid, _ = validity(data)
+    dropped = set(broken(data))
+    rows = []
+    for outcome in OUTCOMES:
+        within = within_kinds(data, PRIMARY, outcome, n_resamples, rng=rng)
+        tied = tied_in_every_kind(data, outcome)
+        row = {"outcome": outcome, "within": within, "verdict": verdict(within, valid, tied), "broken": sorted(dropped)}
+        if dropped:
+            rest = data.without(dropped)
+            within_rest = within_kinds(rest, PRIMARY, outcome, n_resamples, rng=rng)
+            row["verdict without broken"] = verdict(within_rest, valid, tied_in_every_kind(rest, outcome))
+        keys = [k for k in (*PREDICTORS, *BASELINES) if k in data.values or k == "drop"]
+        row["across"] = {k: across(data, k, outcome, n_resamples, rng=rng) for k in keys if k != outcome}
+        if outcome != "NLL rise":
+            row["head to head"] = [head_to_head(data, outcome, r, n_resamples=n_resamples, rng=rng) for r in RIVALS]
+        rows.append(row)
+    return rows

@@ -1,0 +1,205 @@
+"""Plan v4's tests on synthetic data with known answers: per-window quantities from a synthetic v4 store,
+the within-kind permutation against brute force, the across test against exact enumeration, the
+head-to-head and the verdicts."""
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnres_helpers import configured_store as cs
+from attnres_helpers import plan_v4
+from attnres_helpers.files import save_safetensors
+from attnres_helpers.passkey import KEY_DIGITS
+from attnres_helpers.stats import spearman
+
+L = 1024
+
+
+def collected(x_by_kind: dict[str, list[float]], y_by_kind: dict[str, list[float]], windows: int = 4, noise=0.0):
+    """A Collected whose R(2L) and outcome window means are the given values (each window the value, plus
+    alternating ±noise so that resamples move)."""
+    names, kinds, xs, ys = [], [], [], []
+    for kind in x_by_kind:
+        for i, (x, y) in enumerate(zip(x_by_kind[kind], y_by_kind[kind])):
+            names.append(f"{kind}-{i}")
+            kinds.append(kind)
+            xs.append(x)
+            ys.append(y)
+    wiggle = noise * np.array([(-1) ** w for w in range(windows)])
+    per = lambda v: np.array(v, float)[:, None] + wiggle  # noqa: E731
+    values = {
+        "R(2L)": per(xs),
+        "R(L)": per(np.ones(len(xs))),
+        "NLL rise": per(ys),
+        "far": per(ys),
+        "NLL ≥ L": per(-np.array(ys) * 2),
+        "ceiling past L": per(np.ones(len(xs))),
+    }
+    return plan_v4.Collected(tuple(names), tuple(kinds), values)
+
+
+def brute_within(x, y, kinds):
+    """The within-kind statistic and its exact p by enumerating every within-kind ordering, via scipy."""
+    from scipy.stats import spearmanr
+
+    groups = [[i for i, k in enumerate(kinds) if k == kind] for kind in sorted(set(kinds)) if kinds.count(kind) >= 3]
+
+    def stat(yy):
+        total, weight = 0.0, 0
+        for g in groups:
+            if np.ptp(x[g]) == 0 or np.ptp(yy[g]) == 0:
+                continue
+            total += len(g) * spearmanr(x[g], yy[g]).statistic
+            weight += len(g)
+        return total / weight
+
+    observed = stat(y)
+    count = n = 0
+    for choice in itertools.product(*[itertools.permutations(g) for g in groups]):
+        yy = y.copy()
+        for g, order in zip(groups, choice):
+            yy[g] = y[list(order)]
+        count += abs(stat(yy)) >= abs(observed) * (1 - 1e-12)
+        n += 1
+    return observed, count / n
+
+
+def test_the_within_kind_test_counts_every_ordering_as_a_brute_force_does():
+    x = {"a": [1, 2, 3], "b": [5, 1, 4, 2], "c": [0.1, 0.3, 0.2]}
+    y = {"a": [2, 1, 3], "b": [9, 2, 7, 1], "c": [3, 1, 2]}
+    data = collected(x, y, noise=0.01)
+    test = plan_v4.within_kinds(data, "R(2L)", "NLL rise", n_resamples=200)
+    observed, p = brute_within(data.means("R(2L)"), data.means("NLL rise"), list(data.kinds))
+    assert test.exact and test.kinds == ("a", "b", "c")
+    assert test.statistic == pytest.approx(observed, abs=1e-12)
+    assert test.pvalue == pytest.approx(p, abs=1e-12)
+
+
+def test_a_predictor_that_only_separates_kinds_orders_across_them_but_not_within():
+    """R equal to the kind's level plus a within-kind order unrelated to the outcome: across the
+    configurations ρ is high, within kinds the statistic is 0 and its p large."""
+    x = {"a": [1.0, 1.1, 1.2, 1.3], "b": [5.0, 5.1, 5.2, 5.3], "c": [9.0, 9.1, 9.2, 9.3]}
+    y = {"a": [1.3, 1.0, 1.2, 1.1], "b": [5.1, 5.3, 5.0, 5.2], "c": [9.2, 9.1, 9.3, 9.0]}
+    data = collected(x, y)
+    across = plan_v4.across(data, "R(2L)", "NLL rise", n_resamples=100, permutations=9_999)
+    within = plan_v4.within_kinds(data, "R(2L)", "NLL rise", n_resamples=100)
+    assert across.statistic > 0.8 and across.pvalue < 0.01
+    assert abs(within.statistic) < 0.35 and within.pvalue > 0.3
+
+
+def test_the_across_test_is_exact_for_few_configurations():
+    x = {"a": [3, 1, 2, 5, 4, 6]}
+    y = {"a": [2, 1, 4, 3, 6, 5]}
+    data = collected(x, y)
+    test = plan_v4.across(data, "R(2L)", "NLL rise", n_resamples=50)
+    xs, ys = data.means("R(2L)"), data.means("NLL rise")
+    rho = spearman(xs, ys)
+    brute = np.mean([abs(spearman(xs, list(q))) >= abs(rho) - 1e-12 for q in itertools.permutations(ys)])
+    assert test.exact and test.statistic == pytest.approx(rho) and test.pvalue == pytest.approx(brute)
+
+
+def test_sampled_within_kind_p_is_one_plus_count_over_one_plus_resamples():
+    x = {"a": list(range(9)), "b": list(range(9))}
+    data = collected(x, x)  # 9!·9! orderings: sampled
+    test = plan_v4.within_kinds(data, "R(2L)", "NLL rise", n_resamples=50, permutations=999)
+    assert not test.exact and test.statistic == pytest.approx(1.0)
+    assert test.pvalue == pytest.approx(1 / 1000)  # nothing as extreme as a perfect order in 999 draws
+
+
+def test_head_to_head_says_r_adds_nothing_to_its_own_copy():
+    x = {"a": [1, 2, 3, 4], "b": [4, 2, 3, 1]}
+    data = collected(x, x, noise=0.01)
+    data.values["NLL ≥ L"] = data.values["R(2L)"].copy()
+    h = plan_v4.head_to_head(data, "far", "NLL ≥ L", n_resamples=100)
+    assert h.difference == pytest.approx(0.0) and math.isnan(h.partial)
+
+
+def test_verdicts_follow_the_plan():
+    t = plan_v4.RankTest("R(2L)", "far", 16, 0.6, 0.01, (0.2, 0.9), False)
+    assert plan_v4.verdict(t) == "supports"
+    assert plan_v4.verdict(t, valid=False) == "inconclusive"
+    assert plan_v4.verdict(t, tied_in_every_kind=True) == "inconclusive"
+    against = plan_v4.RankTest("R(2L)", "NLL rise", 16, 0.6, 0.01, (0.2, 0.9), False)
+    assert plan_v4.verdict(against, valid=False) == "evidence against"  # validity is the retrieval outcomes'
+    assert plan_v4.verdict(plan_v4.RankTest("R(2L)", "far", 16, 0.6, 0.2, (0.2, 0.9), False)) == "inconclusive"
+
+
+# ---------------------------------------------------------------------------- a synthetic plan-v4 store
+
+
+def v4_window(folder, name, kind, T, w, scale, near_pass, far_pass):
+    LAYERS = 2
+    n = torch.arange(T, dtype=torch.float32)
+    s_hat = (-scale * n).expand(LAYERS, 1, T).clone()
+    key0 = torch.full((LAYERS, 1, T), -50.0)
+    entropy = torch.where(n < L, 1.0, 1.0 + scale).expand(LAYERS, T).clone()
+    nll = torch.where(n < L, 2.0, 2.0 + scale)
+    trials = [
+        {"name": "a", "key": "1", "kind": "trial", "key_at": 900, "query_at": 900 + L // 16},  # near, inside
+        {"name": "b", "key": "1", "kind": "ceiling", "key_at": 300, "query_at": 323},
+        {"name": "c", "key": "1", "kind": "absent", "key_at": -1, "query_at": 400},
+    ]
+    correct = [KEY_DIGITS if near_pass else 1, KEY_DIGITS, 0]
+    if T > L:
+        trials += [
+            {"name": "d", "key": "1", "kind": "trial", "key_at": 1500, "query_at": 1500 + L // 8},  # near, past
+            {"name": "e", "key": "1", "kind": "trial", "key_at": 10, "query_at": 10 + int(1.1 * L + 0.5)},  # far
+            {"name": "f", "key": "1", "kind": "ceiling", "key_at": 1700, "query_at": 1723},
+        ]
+        correct += [KEY_DIGITS if near_pass else 0, KEY_DIGITS if far_pass else 0, KEY_DIGITS]
+    settings = {
+        "plan": "v4",
+        "configuration": name,
+        "kind": kind,
+        "rope": None,
+        "remap": None,
+        "mask": {"kind": "causal", "size": None, "sinks": 0},
+        "T": T,
+        "train_len": L,
+        "window": w,
+        "n_windows": 2,
+        "model": "toy",
+        "key_sentence": "k",
+        "query_sentence": "q",
+    }
+    tensors = {
+        "s_hat": s_hat,
+        "key0": key0,
+        "entropy": entropy,
+        "nll": nll,
+        "inserted": torch.zeros(T, dtype=torch.bool),
+        "passkey_logprob": torch.zeros(len(trials)),
+        "passkey_correct": torch.tensor(correct),
+    }
+    path = folder / name / str(T) / f"window-{w}.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_safetensors(path, tensors, {"settings": json.dumps(settings), "trials": json.dumps(trials)})
+
+
+def test_a_v4_store_gives_every_quantity_of_the_plan(tmp_path):
+    known = {
+        "as-trained": {"label": "as trained", "kind": "as-trained", "same_as_trained_up_to_L": True},
+        "x": {"label": "x", "kind": "remapped", "same_as_trained_up_to_L": False},
+    }
+    for w in range(2):
+        v4_window(tmp_path / "w", "as-trained", "as-trained", L, w, 0.01, True, False)
+        v4_window(tmp_path / "w", "as-trained", "as-trained", 2 * L, w, 0.02, w == 0, False)
+        v4_window(tmp_path / "w", "x", "remapped", L, w, 0.01, True, False)
+        v4_window(tmp_path / "w", "x", "remapped", 2 * L, w, 0.005, True, True)
+    store = cs.load(cs.build(tmp_path / "w", tmp_path / "s.safetensors", known))
+    data = plan_v4.collect(store)
+    assert data.names == ("as-trained", "x") and data.kinds == ("as-trained", "remapped")
+    s = plan_v4.summary(data, n_resamples=50)
+    assert s["x"]["far"].value == 1.0 and s["as-trained"]["far"].value == 0.0
+    assert s["as-trained"]["near past L"].value == 0.5 and s["as-trained"]["near inside L"].value == 0.5
+    assert s["x"]["NLL rise"].value == pytest.approx(0.005, rel=1e-4)  # float32 sums
+    assert s["x"]["entropy ≥ L"].value == pytest.approx(1.005, rel=1e-6)
+    assert s["x"]["reach"].value == 1.0 and s["x"]["ceiling past L"].value == 1.0
+    assert plan_v4.validity(data) == (True, {"near at L": 1.0, "ceiling at L": 1.0, "absent at L": 0.0})
+    assert plan_v4.broken(data) == []
+    profile_r = store.entry("x", 2 * L).profile().layer_resolutions()
+    torch.testing.assert_close(profile_r.float(), store.entry("x", 2 * L).mean_r, atol=1e-5, rtol=1e-4)

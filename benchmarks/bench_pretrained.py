@@ -14,8 +14,10 @@ that loads the model, takes one held-out window of T + 1 tokens, and reads its p
   computed in chunks.
 
 Peak memory is the process's peak RSS (the loaded model included, as it is for any use of the model);
-the extra over the loaded model is printed beside it. The two cases alternate T by T, so both see the
-same load. Targets (issue 20): measure <= 1.5x the forward's time and <= 1.5x its peak memory at
+the extra over the loaded model is printed beside it. At each T the cases run in ABBA rounds (forward,
+measure, then measure, forward; ``--rounds``), each round and the summed times printed, so a machine
+that drifts over the minutes of a run weighs on both alike (single timings here disagreed by up to 3x).
+Targets (issue 20): measure <= 1.5x the forward's time and <= 1.5x its peak memory at
 T = 8192, and T = 16384 measured within 8 GiB.
 
 Not a timed test: the numbers depend on the machine and on what else runs on it.
@@ -81,8 +83,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192, 16384])
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads in every case; 0: torch's default")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds per T (even: ABBA)")
     ap.add_argument("--one", nargs=2, metavar=("CASE", "T"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     if args.one:
         import torch
 
@@ -102,11 +107,24 @@ def main(argv=None):
     )
     results = {}
     for T in args.lengths:
-        f, m = (child(case, T, args.threads) for case in CASES)
-        results[T] = f, m
-        if "error" in f or "error" in m:
-            print(f"{T:>6}  failed: forward {f.get('error', 'ok')}; measure {m.get('error', 'ok')}")
+        runs = []
+        for r in range(args.rounds):
+            order = CASES if r % 2 == 0 else CASES[::-1]
+            got = {case: child(case, T, args.threads) for case in order}
+            runs.append((got["forward"], got["measure"]))
+            f, m = runs[-1]
+            if "error" not in f and "error" not in m:
+                print(f"{T:>6}  round {r + 1}: forward {f['time_s']:.1f} s, measure {m['time_s']:.1f} s")
+        failed = [run for pair in runs for run in pair if "error" in run]
+        if failed:
+            print(f"{T:>6}  failed: {failed[0]['error']}")
+            results[T] = failed[0], failed[0]
             continue
+        f, m = (
+            {**cases[0], "time_s": sum(c["time_s"] for c in cases), "peak_gib": max(c["peak_gib"] for c in cases)}
+            for cases in zip(*runs)
+        )  # each case summed over the rounds, its peak the largest
+        results[T] = f, m
         extra = f"{f['peak_gib'] - f['loaded_gib']:.2f} / {m['peak_gib'] - m['loaded_gib']:.2f}"
         print(
             f"{T:>6}  {f['time_s']:>9.1f}  {m['time_s']:>9.1f}  {m['time_s'] / f['time_s']:>9.2f}x  "

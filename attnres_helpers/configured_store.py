@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from .files import exclusive, save_safetensors
+from .files import exclusive, regular_file, save_safetensors
 from .passkey import KEY_DIGITS, KINDS
 from .store import Profile, dequantize, quantize
 
@@ -55,7 +55,81 @@ def read_window_file(path: Path) -> tuple[dict, list[dict], dict[str, torch.Tens
         settings, trials = json.loads(meta["settings"]), json.loads(meta["trials"])
     except Exception as err:  # a torn or foreign file: one line naming it
         raise ValueError(f"window file {path} is unreadable ({type(err).__name__}: {err}); delete it to redo") from None
+    if not isinstance(settings, dict) or not isinstance(trials, list):
+        raise ValueError(
+            f"window file {path} is malformed (its settings or trials are not JSON objects); delete it to redo"
+        )
     return settings, trials, tensors
+
+
+WINDOW_SETTINGS = ("configuration", "T", "window", "train_len", "rope", "mask")  # and plan v4's kind, remap
+
+
+def _whole(value, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def check_window(path: Path, settings: dict, trials: list, tensors: dict[str, torch.Tensor]) -> None:
+    """One window file's contents against :mod:`attnres_helpers.hf.configured`'s layout, before
+    :func:`build` reads a field of it: a ValueError naming the file and what is wrong."""
+
+    def bad(what: str):
+        raise ValueError(f"window file {path}: {what}; delete it to redo")
+
+    wanted = WINDOW_SETTINGS + (("kind", "remap") if settings.get("plan") == "v4" else ())
+    missing = [k for k in wanted if k not in settings]
+    if missing:
+        bad(f"its settings lack {', '.join(missing)}")
+    name, T = settings["configuration"], settings["T"]
+    if not isinstance(name, str) or not name or "/" in name:
+        bad(f"configuration must be a name, got {name!r}")
+    for key, low in (("T", 1), ("window", 0), ("train_len", 2)):
+        if not _whole(settings[key], low):
+            bad(f"{key} must be an integer >= {low}, got {settings[key]!r}")
+    if not isinstance(settings["mask"], dict):
+        bad(f"mask must be a JSON object, got {settings['mask']!r}")
+    for i, t in enumerate(trials):
+        if not isinstance(t, dict) or t.get("kind") not in KINDS:
+            bad(f"trial {i} is not an object with a kind in {KINDS}: {t!r}")
+        for key in ("key_at", "query_at"):
+            if key not in t:
+                bad(f"trial {i} lacks {key}")
+        absent = t["kind"] == "absent"
+        if not _whole(t["query_at"], 1) or t["query_at"] >= T:
+            bad(f"trial {i}'s query_at must be an integer in [1, {T}), got {t['query_at']!r}")
+        if not (t["key_at"] == -1 if absent else _whole(t["key_at"], 0) and t["key_at"] < t["query_at"]):
+            where = "-1" if absent else "an integer before its query_at"
+            bad(f"trial {i}'s key_at must be {where}, got {t['key_at']!r}")
+    s_hat = tensors.get("s_hat")
+    layers_heads = None if s_hat is None or s_hat.ndim != 3 else tuple(s_hat.shape[:2])
+    n = len(trials)
+    layout = {  # name: (what it holds, its shape, or None where s_hat's shape is unknown)
+        "s_hat": ("float", layers_heads and (*layers_heads, T), "(layers, heads, T)"),
+        "key0": ("float", layers_heads and (*layers_heads, T), "s_hat's (layers, heads, T)"),
+        "nll": ("float", (T,), "(T,)"),
+        "inserted": ("bool", (T,), "(T,)"),
+        "passkey_logprob": ("float", (n,), "(trials,)"),
+        "passkey_correct": ("integer", (n,), "(trials,)"),
+    }
+    if settings.get("plan") == "v4":
+        layout["entropy"] = ("float", layers_heads and (layers_heads[0], T), "(layers, T)")
+    holds = {
+        "float": lambda t: t.is_floating_point(),
+        "bool": lambda t: t.dtype == torch.bool,
+        "integer": lambda t: not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool,
+    }
+    for key, (kind, shape, form) in layout.items():
+        t = tensors.get(key)
+        if t is None:
+            bad(f"it has no {key} tensor")
+        if not holds[kind](t) or shape is None or tuple(t.shape) != shape:
+            bad(f"{key} must be {kind} {form} (T = {T}, {n} trials), got {t.dtype} {tuple(t.shape)}")
+    for key in ("nll", "passkey_logprob", *(("entropy",) if "entropy" in layout else ())):
+        if not torch.isfinite(tensors[key]).all():
+            bad(f"{key} has NaN or inf")
+    correct = tensors["passkey_correct"]
+    if ((correct < 0) | (correct > KEY_DIGITS)).any():
+        bad(f"passkey_correct must count digits, 0 to {KEY_DIGITS}, got {correct.tolist()}")
 
 
 def _profile(settings: dict, tensors: dict, s_hat=None, key0=None, nll=None) -> Profile:
@@ -121,17 +195,28 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
         values, sums = [], None
         for w in range(n):
             settings, trials, raw = read_window_file(by_window[w])
+            check_window(by_window[w], settings, trials, raw)
             if (settings["configuration"], settings["T"], settings["window"]) != (name, T, w):
                 raise ValueError(f"window file {by_window[w]} holds {settings['configuration']} T={settings['T']}")
-            shared = {
-                k: settings.get(k)
-                for k in ("plan", "model", "train_len", "n_windows", "key_sentence", "query_sentence")
-            }
+            shared = {k: settings.get(k) for k in SHARED_SETTINGS}
             if common is None:
-                common = shared
+                common, first = shared, (by_window[w], raw["s_hat"].shape[0], len(trials))
             elif shared != common:
-                raise ValueError(f"window file {by_window[w]} was measured with other settings than the others")
-            values.append(_window_values(settings, trials, raw))
+                differ = ", ".join(k for k in SHARED_SETTINGS if shared[k] != common[k])
+                raise ValueError(
+                    f"window file {by_window[w]} was measured with other settings ({differ}) than {first[0]}; "
+                    "delete the files of one of them"
+                )
+            if w and (raw["s_hat"].shape, len(trials)) != (sums["s_hat"].shape, len(values[0]["passkey/kind"])):
+                raise ValueError(
+                    f"window file {by_window[w]} holds s_hat {tuple(raw['s_hat'].shape)} and {len(trials)} trials, "
+                    f"window 0 of {name} T={T} {tuple(sums['s_hat'].shape)} and {len(values[0]['passkey/kind'])}; "
+                    "delete it to redo"
+                )
+            try:
+                values.append(_window_values(settings, trials, raw))
+            except ValueError as err:  # the Profile's checks (NaN, shapes): name the file
+                raise ValueError(f"window file {by_window[w]}: {err}; delete it to redo") from None
             part = {k: raw[k].double() for k in ("s_hat", "key0", "nll")}
             sums = part if sums is None else {k: sums[k] + part[k] for k in part}
         mean = _profile(settings, raw, sums["s_hat"].float() / n, sums["key0"].float() / n, sums["nll"] / n)
@@ -152,6 +237,11 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
             for field in ("s_hat", "key0"):
                 codes, low, step = quantize(getattr(mean, field).float().mean(1))  # (layers, T): one head, the mean
                 tensors |= {f"{prefix}/{field}": codes, f"{prefix}/{field}.low": low, f"{prefix}/{field}.step": step}
+    if common is None:  # window files, but no configuration has its window 0
+        raise FileNotFoundError(
+            f"no configuration under {folder} has its window-0 file (found {len(files)} other window files, "
+            f"e.g. {files[0]}): a store is built from windows 0 … n − 1; measure again to redo window 0"
+        )
     for prefix, (info, old) in _kept_from(store, entries, common).items():
         entries[prefix] = info
         tensors.update(old)
@@ -173,6 +263,7 @@ def _kept_from(store: Path, entries: dict, common: dict) -> dict[str, tuple[dict
     other settings is refused, naming the fields."""
     if not store.is_file() or not is_configured_store(store):
         return {}
+    load(store)  # a malformed store is refused, naming the field, before any of it is kept
     with safe_open(store, framework="pt") as f:
         about = json.loads(f.metadata()[HEADER_KEY])
         kept = {}
@@ -254,8 +345,11 @@ class ConfiguredStore:
 
 
 def is_configured_store(path: str | Path) -> bool:
-    """Whether ``path`` is a readable safetensors file whose header is this store's (False otherwise)."""
+    """Whether ``path`` is a readable regular safetensors file whose header is this store's (False
+    otherwise: a named pipe is not opened, it would block)."""
     try:
+        if not Path(path).is_file():
+            return False
         with safe_open(Path(path), framework="pt") as f:
             return HEADER_KEY in (f.metadata() or {})
     except Exception:  # not a safetensors file at all: the ordinary store reader says why
@@ -263,51 +357,151 @@ def is_configured_store(path: str | Path) -> bool:
 
 
 def load(path: str | Path) -> ConfiguredStore:
-    """The store at ``path``; a missing or malformed one is one error naming it and the field."""
+    """The store at ``path``; a missing or malformed one is one error naming it and the field
+    (:func:`_checked_entries`: every field against the layout :func:`build` writes)."""
     path = Path(path)
-    if not path.is_file():
+    try:
+        regular_file(path, "configurations store")
+    except FileNotFoundError:
         raise FileNotFoundError(
             f"configurations store {path} is missing; build it with `python -m attnres_helpers configurations`"
-        )
+        ) from None
     try:
         with safe_open(path, framework="pt") as f:
-            about = json.loads((f.metadata() or {})[HEADER_KEY])
+            meta = f.metadata() or {}
             tensors = {name: f.get_tensor(name) for name in f.keys()}
     except Exception as err:
         raise ValueError(f"configurations store {path} is corrupt or not a configurations store ({err})") from None
-    entries = {}
-    for prefix, info in about["entries"].items():
+    if HEADER_KEY not in meta:
+        raise ValueError(f"{path} is not a configurations store: its header has no {HEADER_KEY!r}")
+    try:
         try:
-            get = {
-                k: tensors[f"{prefix}/{k}"]
-                for k in ("window_r", "window_r_sink_free", "mean_r", "mean_r_sink_free", "nll_sum", "nll_count")
-            }
-            passkey = {k: tensors[f"{prefix}/passkey/{k}"] for k in PASSKEY_FIELDS}
-        except KeyError as err:
-            raise ValueError(f"configurations store {path}: {prefix} lacks {err}") from None
-        W = info["windows"]
-        bad = [k for k, t in {**get, **passkey}.items() if t.ndim >= 2 and t.shape[0] != W]
-        if bad or not all(torch.isfinite(get[k]).all() for k in ("window_r", "mean_r")):
-            raise ValueError(f"configurations store {path}: {prefix} has malformed {bad or 'R values'}")
+            about = json.loads(meta[HEADER_KEY])
+        except ValueError as err:
+            raise ValueError(f"the header is not JSON ({err})") from None
+        return ConfiguredStore(about, _checked_entries(about, tensors))
+    except ValueError as err:
+        raise ValueError(f"configurations store {path}: {err}") from None
+
+
+def _dtype(t: torch.dtype) -> str:
+    return str(t).removeprefix("torch.")
+
+
+def _tensor(tensors: dict, name: str, dtype: torch.dtype, shape: tuple) -> torch.Tensor:
+    """``tensors[name]``, checked to be ``dtype`` of ``shape`` (None: any size there)."""
+    t = tensors.get(name)
+    if t is None:
+        raise ValueError(f"{name} is missing")
+    if t.dtype != dtype or t.ndim != len(shape) or any(s is not None and s != n for s, n in zip(shape, t.shape)):
+        want = "(" + ", ".join("n" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+        raise ValueError(f"{name} must be {_dtype(dtype)} {want}, got {_dtype(t.dtype)} {tuple(t.shape)}")
+    return t
+
+
+def _within(name: str, t: torch.Tensor, low: int, high: int) -> None:
+    if ((t < low) | (t > high)).any():
+        raise ValueError(f"{name} must be in {low}..{high}, got {sorted(set(t.flatten().tolist()))[:10]}")
+
+
+def _finite(name: str, t: torch.Tensor) -> torch.Tensor:
+    if not torch.isfinite(t).all():
+        raise ValueError(f"{name} has NaN or inf")
+    return t
+
+
+def _checked_entries(about, tensors: dict[str, torch.Tensor]) -> dict[tuple[str, int], Entry]:
+    """Every entry of a store's header and tensors, each field checked against :func:`build`'s layout;
+    a ValueError saying which field is wrong and how."""
+    if not isinstance(about, dict):
+        raise ValueError(f"the header must be a JSON object, got {type(about).__name__}")
+    for key in ("entries", "train_len", "configurations"):
+        if key not in about:
+            raise ValueError(f"the header lacks {key!r}")
+    entries, L, known = about["entries"], about["train_len"], about["configurations"]
+    if not _whole(L, 2):
+        raise ValueError(f"the header's train_len must be an integer >= 2, got {L!r}")
+    if not isinstance(known, dict) or not all(
+        isinstance(v, dict) and isinstance(v.get("label"), str) and isinstance(v.get("same_as_trained_up_to_L"), bool)
+        for v in known.values()
+    ):
+        raise ValueError("the header's configurations must map each name to its label and same_as_trained_up_to_L")
+    if about.get("nll_block", NLL_BLOCK) != NLL_BLOCK:
+        raise ValueError(f"the header's nll_block must be {NLL_BLOCK}, got {about['nll_block']!r}")
+    if not isinstance(entries, dict) or not entries:
+        raise ValueError(f"the header's entries must be a non-empty JSON object, got {entries!r:.80}")
+    layout = set()
+    out = {}
+    for prefix, info in entries.items():
+        if not isinstance(info, dict):
+            raise ValueError(f"entry {prefix!r} must be a JSON object, got {info!r:.80}")
+        for key in ("configuration", "T", "windows", "mask"):
+            if key not in info:
+                raise ValueError(f"entry {prefix!r} lacks {key!r}")
+        name, T, W = info["configuration"], info["T"], info["windows"]
+        if not _whole(T, 1) or not _whole(W, 1):
+            raise ValueError(f"entry {prefix!r}: T and windows must be integers >= 1, got {T!r} and {W!r}")
+        if not isinstance(name, str) or prefix != f"{name}/{T}":
+            raise ValueError(f"entry {prefix!r} must be named <configuration>/<T>, got {name!r} and T = {T}")
+        if name not in known:
+            raise ValueError(f"entry {prefix!r}: {name!r} is not among the header's configurations")
+        if info["mask"] is not None and not isinstance(info["mask"], dict):
+            raise ValueError(f"entry {prefix!r}: mask must be a JSON object or null, got {info['mask']!r}")
+        if info.get("kind") is not None and not isinstance(info["kind"], str):
+            raise ValueError(f"entry {prefix!r}: kind must be a name, got {info['kind']!r}")
+        blocks = -(-T // NLL_BLOCK)
+        r = _tensor(tensors, f"{prefix}/window_r", torch.float32, (W, None))
+        layers = r.shape[1]
+        get = {"window_r": r}
+        for key, shape in (("window_r_sink_free", (W, layers)), ("mean_r", (layers,)), ("mean_r_sink_free", (layers,))):
+            get[key] = _tensor(tensors, f"{prefix}/{key}", torch.float32, shape)
+        for key, t in get.items():
+            _finite(f"{prefix}/{key}", t)
+        get["nll_sum"] = _finite(f"{prefix}/nll_sum", _tensor(tensors, f"{prefix}/nll_sum", torch.float32, (W, blocks)))
+        get["nll_count"] = _tensor(tensors, f"{prefix}/nll_count", torch.int32, (W, blocks))
+        _within(f"{prefix}/nll_count", get["nll_count"], 0, NLL_BLOCK)
+        if (get["nll_sum"] < 0).any():
+            raise ValueError(f"{prefix}/nll_sum must be >= 0 (sums of negative log-likelihoods)")
+        dtypes = {"distance": torch.int64, "kind": torch.int8, "query_at": torch.int64, "logprob": torch.float32}
+        first = _tensor(tensors, f"{prefix}/passkey/distance", torch.int64, (W, None))
+        passkey = {
+            k: _tensor(tensors, f"{prefix}/passkey/{k}", dtypes.get(k, torch.int8), tuple(first.shape))
+            for k in PASSKEY_FIELDS
+        }
+        _within(f"{prefix}/passkey/kind", passkey["kind"], 0, len(KINDS) - 1)
+        _within(f"{prefix}/passkey/correct", passkey["correct"], 0, KEY_DIGITS)
+        _within(f"{prefix}/passkey/query_at", passkey["query_at"], 1, T - 1)
+        _finite(f"{prefix}/passkey/logprob", passkey["logprob"])
+        absent = passkey["kind"] == KINDS.index("absent")
+        d = passkey["distance"]
+        if (absent & (d != -1)).any() or (~absent & ((d < 1) | (d > passkey["query_at"]))).any():
+            raise ValueError(f"{prefix}/passkey/distance must be -1 for an absent key, else in 1..query_at")
+        names = [f"{prefix}/{k}" for k in get] + [f"{prefix}/passkey/{k}" for k in PASSKEY_FIELDS]
         v4 = {}
-        if f"{prefix}/s_hat" in tensors:
+        if f"{prefix}/s_hat" in tensors or f"{prefix}/key0" in tensors:  # plan v4 on: both, as int16 codes
             for field in ("s_hat", "key0"):
-                codes, low, step = (tensors.get(f"{prefix}/{field}{suffix}") for suffix in ("", ".low", ".step"))
-                if codes is None or low is None or step is None or codes.shape != (get["mean_r"].shape[0], info["T"]):
-                    raise ValueError(f"configurations store {path}: {prefix}/{field} is missing or malformed")
-                v4[field] = dequantize(codes, low, step)
-            v4["window_entropy"] = tensors.get(f"{prefix}/window_entropy")
-        entries[(info["configuration"], info["T"])] = Entry(
-            info["configuration"],
-            info["T"],
-            about["train_len"],
-            **get,
-            passkey=passkey,
-            kind=info.get("kind"),
-            mask=info["mask"],
-            **v4,
-        )
-    return ConfiguredStore(about, entries)
+                name_ = f"{prefix}/{field}"
+                _tensor(tensors, name_, torch.int16, (layers, T))
+                for suffix in (".low", ".step"):
+                    _finite(name_ + suffix, _tensor(tensors, name_ + suffix, torch.float64, (layers, 1)))
+                if not (tensors[name_ + ".step"] > 0).all():
+                    raise ValueError(f"{name_}.step must be > 0")
+                v4[field] = dequantize(tensors[name_], tensors[name_ + ".low"], tensors[name_ + ".step"])
+                if torch.isinf(v4[field][tensors[name_] != torch.iinfo(torch.int16).min]).any():
+                    raise ValueError(f"{name_} decodes to values past float32's range")
+                names += [name_, name_ + ".low", name_ + ".step"]
+        if f"{prefix}/window_entropy" in tensors:
+            entropy = _tensor(tensors, f"{prefix}/window_entropy", torch.float32, (W, layers, blocks))
+            if not torch.isfinite(entropy).all() or (entropy < 0).any():
+                raise ValueError(f"{prefix}/window_entropy must be finite and >= 0 (nats)")
+            v4["window_entropy"] = entropy
+            names.append(f"{prefix}/window_entropy")
+        layout.update(names)
+        out[(name, T)] = Entry(name, T, L, **get, passkey=passkey, kind=info.get("kind"), mask=info["mask"], **v4)
+    stray = sorted(set(tensors) - layout)
+    if stray:
+        raise ValueError(f"tensor {stray[0]!r} is not part of any entry's layout")
+    return out
 
 
 def nll_mean(entry: Entry, first: int, last: int) -> torch.Tensor:

@@ -2,11 +2,13 @@
 
 import json
 import math
+import re
 from itertools import permutations
 
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
 
 from attnres_helpers import configured_analysis as ca
 from attnres_helpers import configured_store as cs
@@ -15,15 +17,17 @@ from attnres_helpers.metric import layer_resolution
 from attnres_helpers.passkey import KEY_DIGITS
 from attnres_helpers.paths import STORES
 from attnres_helpers.stats import spearman
+from attnres_helpers.store import Profile, save_profiles
 
 L, LAYERS, H = 1024, 2, 3
 CONFIGS = {"as-trained": None, "bca": {"kind": "bca", "size": 512, "sinks": 0}, "pi-2": None}
 KNOWN = {name: {"label": name.upper(), "same_as_trained_up_to_L": name == "bca"} for name in CONFIGS}
 
 
-def window_file(folder, name, T, w, scale, correct):
+def window_file(folder, name, T, w, scale, correct, plan=None):
     """A window file whose ŝ is a line of slope −scale (so R is known), NLL 1 before L and 1 + scale
-    past it, and two trials: one at distance L/4 that passes iff ``correct``, one past L likewise."""
+    past it, and two trials: one at distance L/4 that passes iff ``correct``, one past L likewise.
+    ``plan="v4"``: with plan v4's settings (kind, remap) and each query's attention entropy."""
     n = torch.arange(T, dtype=torch.float32)
     s_hat = (-scale * n).expand(LAYERS, H, T).clone()
     key0 = torch.full((LAYERS, H, T), -1e3)
@@ -50,6 +54,8 @@ def window_file(folder, name, T, w, scale, correct):
         "key_sentence": "k",
         "query_sentence": "q",
     }
+    if plan == "v4":
+        settings |= {"plan": "v4", "kind": "masked" if mask else "as-trained", "remap": None}
     if mask and mask["kind"] == "bca":
         s_hat[..., 2 * mask["size"] :] = float("-inf")
         key0[..., 2 * mask["size"] :] = float("-inf")
@@ -61,6 +67,8 @@ def window_file(folder, name, T, w, scale, correct):
         "passkey_logprob": torch.tensor([-1.0, -2.0, -0.5, -9.0]),
         "passkey_correct": torch.tensor([KEY_DIGITS if correct else 2, KEY_DIGITS if correct else 0, KEY_DIGITS, 1]),
     }
+    if plan == "v4":
+        tensors["entropy"] = torch.full((LAYERS, T), 1.5)
     path = folder / name / str(T) / f"window-{w}.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
     save_safetensors(path, tensors, {"settings": json.dumps(settings), "trials": json.dumps(trials)})
@@ -164,3 +172,274 @@ def test_building_again_never_loses_windows_the_files_no_longer_hold(store, tmp_
     again = cs.load(cs.build(tmp_path / "w", tmp_path / "s.safetensors", KNOWN))
     assert again.entry("bca", 2 * L).windows == before == 3
     assert torch.equal(again.entry("bca", 2 * L).window_r, store.entry("bca", 2 * L).window_r)
+
+
+# ------------------------------------------------------------------ malformed stores and window files (issue 44)
+
+
+@pytest.fixture
+def v4_store(tmp_path):
+    """A plan v4 store (every field of the layout: R, NLL blocks, passkey, ŝ and key-0 codes, entropy) of
+    as-trained at L and 2L and bca at 2L, two windows each; its path."""
+    for w in range(2):
+        window_file(tmp_path / "w", "as-trained", L, w, 0.5, True, plan="v4")
+        for name in ("as-trained", "bca"):
+            window_file(tmp_path / "w", name, 2 * L, w, 0.3, False, plan="v4")
+    return cs.build(tmp_path / "w", tmp_path / "s.safetensors", KNOWN)
+
+
+class Header(str):
+    """A store header's raw text, as a change returns it."""
+
+
+def rewritten(path, change):
+    """A copy of store ``path`` with ``change(about, tensors)`` applied (a :class:`Header` it returns is
+    the header's text)."""
+    with safe_open(path, framework="pt") as f:
+        about = json.loads(f.metadata()[cs.HEADER_KEY])
+        tensors = {n: f.get_tensor(n) for n in f.keys()}
+    header = change(about, tensors)
+    out = path.with_name("bad.safetensors")
+    save_safetensors(out, tensors, {cs.HEADER_KEY: header if isinstance(header, Header) else json.dumps(about)})
+    return out
+
+
+P = f"as-trained/{2 * L}"
+
+
+def _set(name, index, value):
+    def change(about, t):
+        t[f"{P}/{name}"][index] = value
+
+    return change
+
+
+def _replace(name, new):
+    def change(about, t):
+        t[f"{P}/{name}"] = new(t[f"{P}/{name}"])
+
+    return change
+
+
+MALFORMED_STORES = {  # issue 44 #4: each was accepted silently or raised KeyError, AttributeError or IndexError
+    "NaN sink-free R": (_set("window_r_sink_free", (0, 0), math.nan), rf"{P}/window_r_sink_free has NaN or inf"),
+    "NaN sink-free R of the mean": (_set("mean_r_sink_free", 1, math.nan), rf"{P}/mean_r_sink_free has NaN or inf"),
+    "an unknown passkey kind": (_set("passkey/kind", (0, 1), 7), rf"{P}/passkey/kind must be in 0..2"),
+    "a correct of 100": (_set("passkey/correct", (1, 0), 100), rf"{P}/passkey/correct must be in 0..5"),
+    "mean_r of the wrong length": (
+        _replace("mean_r", lambda t: t[:1].clone()),
+        rf"{P}/mean_r must be float32 \(2,\), got float32 \(1,\)",
+    ),
+    "sink-free R with fewer layers": (
+        _replace("window_r_sink_free", lambda t: t[:, :1].clone()),
+        rf"{P}/window_r_sink_free must be float32 \(2, 2\), got float32 \(2, 1\)",
+    ),
+    "a 1-D window_r": (_replace("window_r", lambda t: t[:, 0].clone()), rf"{P}/window_r must be float32 \(2, n\)"),
+    "window_r as float64": (_replace("window_r", lambda t: t.double()), rf"{P}/window_r must be float32"),
+    "passkey fields of different lengths": (
+        _replace("passkey/logprob", lambda t: t[:, :2].clone()),
+        rf"{P}/passkey/logprob must be float32 \(2, 4\), got float32 \(2, 2\)",
+    ),
+    "a query past T": (_set("passkey/query_at", (0, 0), 2 * L), rf"{P}/passkey/query_at must be in 1..{2 * L - 1}"),
+    "a distance past its query": (_set("passkey/distance", (0, 0), 5000), rf"{P}/passkey/distance must be -1"),
+    "an NLL count past its block": (_set("nll_count", (0, 0), 513), rf"{P}/nll_count must be in 0..512"),
+    "NLL blocks of another length": (
+        _replace("nll_sum", lambda t: t[:, :3].clone()),
+        rf"{P}/nll_sum must be float32 \(2, 4\)",
+    ),
+    "no s_hat step": (lambda a, t: t.pop(f"{P}/s_hat.step"), rf"{P}/s_hat.step is missing"),
+    "key0 stored as floats": (_replace("key0", lambda t: t.float()), rf"{P}/key0 must be int16 \(2, {2 * L}\)"),
+    "a step of 0": (_replace("s_hat.step", lambda t: t * 0), rf"{P}/s_hat.step must be > 0"),
+    "NaN entropy": (_set("window_entropy", (0, 0, 0), math.nan), rf"{P}/window_entropy must be finite"),
+    "entropy of another shape": (
+        _replace("window_entropy", lambda t: t[:, :, :1].clone()),
+        rf"{P}/window_entropy must be float32 \(2, 2, 4\)",
+    ),
+    "a stray tensor": (lambda a, t: t.update({f"{P}/extra": torch.zeros(1)}), rf"tensor '{P}/extra' is not part"),
+    "no entries": (lambda a, t: a.pop("entries"), "the header lacks 'entries'"),
+    "no train_len": (lambda a, t: a.pop("train_len"), "the header lacks 'train_len'"),
+    "train_len a string": (
+        lambda a, t: a.update(train_len="1024"),
+        "the header's train_len must be an integer >= 2, got '1024'",
+    ),
+    "no configurations": (lambda a, t: a.pop("configurations"), "the header lacks 'configurations'"),
+    "a configuration without a label": (
+        lambda a, t: a["configurations"]["bca"].pop("label"),
+        "the header's configurations must map each name to its label",
+    ),
+    "entries as a list": (
+        lambda a, t: a.update(entries=list(a["entries"].values())),
+        "the header's entries must be a non-empty",
+    ),
+    "an entry without windows": (lambda a, t: a["entries"][P].pop("windows"), rf"entry '{P}' lacks 'windows'"),
+    "an entry of more windows than its arrays": (
+        lambda a, t: a["entries"][P].update(windows=3),
+        rf"{P}/window_r must be float32 \(3, n\), got float32 \(2, 2\)",
+    ),
+    "an entry named for another T": (
+        lambda a, t: a["entries"][P].update(T=L),
+        rf"entry '{P}' must be named <configuration>/<T>",
+    ),
+    "a header that is a list": (lambda a, t: Header("[]"), "the header must be a JSON object, got list"),
+    "a header that is not JSON": (lambda a, t: Header("{"), "the header is not JSON"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED_STORES)
+def test_a_malformed_configurations_store_is_one_line_naming_the_store_and_field(v4_store, case):
+    change, message = MALFORMED_STORES[case]
+    assert cs.load(v4_store).entry("as-trained", 2 * L).window_entropy.shape == (2, LAYERS, 4)  # the intact one reads
+    bad = rewritten(v4_store, change)
+    with pytest.raises(ValueError, match=rf"^configurations store {re.escape(str(bad))}: {message}") as err:
+        cs.load(bad)
+    assert "\n" not in str(err.value)
+
+
+def test_results_on_a_malformed_configurations_store_is_one_line(v4_store, cli):
+    """Issue 44 #4: a NaN sink-free R was printed as null, and the text form failed on it."""
+    bad = rewritten(v4_store, _set("window_r_sink_free", (0, 0), math.nan))
+    for form in (["--json"], []):
+        result = cli("results", "--store", str(bad), *form)
+        assert result.returncode == 1 and result.stdout == "", result.stdout
+        assert result.stderr.splitlines() == [
+            f"error: configurations store {bad}: {P}/window_r_sink_free has NaN or inf"
+        ]
+
+
+def _window_changed(folder, change, name="as-trained", T=L, w=0):
+    """Window ``w`` of ``name`` at ``T`` (under ``folder``) rewritten by ``change(settings, trials, tensors)``."""
+    path = folder / name / str(T) / f"window-{w}.safetensors"
+    settings, trials, tensors = cs.read_window_file(path)
+    change(settings, trials, tensors)
+    tensors = {k: v.contiguous() for k, v in tensors.items()}
+    save_safetensors(path, tensors, {"settings": json.dumps(settings), "trials": json.dumps(trials)})
+    return path
+
+
+MALFORMED_WINDOWS = {  # issue 44 #7: KeyError tracebacks, or messages that did not name the file
+    "a settings key missing": (lambda s, tr, t: s.pop("mask"), "its settings lack mask"),
+    "no s_hat tensor": (lambda s, tr, t: t.pop("s_hat"), "it has no s_hat tensor"),
+    "a trial without query_at": (lambda s, tr, t: tr[0].pop("query_at"), "trial 0 lacks query_at"),
+    "a trial of an unknown kind": (lambda s, tr, t: tr[1].update(kind="other"), "trial 1 is not an object with a kind"),
+    "a trial past the window": (
+        lambda s, tr, t: tr[0].update(query_at=L),
+        rf"trial 0's query_at must be .* \[1, {L}\)",
+    ),
+    "T as a string": (lambda s, tr, t: s.update(T=str(L)), f"T must be an integer >= 1, got '{L}'"),
+    "fewer passkey scores than trials": (
+        lambda s, tr, t: t.update(passkey_logprob=t["passkey_logprob"][:2]),
+        r"passkey_logprob must be float \(trials,\) \(T = 1024, 4 trials\), got torch.float32 \(2,\)",
+    ),
+    "s_hat of another length": (
+        lambda s, tr, t: t.update(s_hat=t["s_hat"][..., :-1]),
+        r"s_hat must be float \(layers, heads, T\)",
+    ),
+    "an NLL with NaN": (lambda s, tr, t: t["nll"].__setitem__(3, math.nan), "nll has NaN or inf"),
+    "an s_hat with NaN": (
+        lambda s, tr, t: t["s_hat"].__setitem__((0, 0, 3), math.nan),
+        r"run .* s_hat has NaN or \+inf",
+    ),
+    "a correct of 100": (lambda s, tr, t: t["passkey_correct"].__setitem__(0, 100), "passkey_correct must count"),
+    "v4 without entropy": (
+        lambda s, tr, t: s.update(plan="v4", kind="as-trained", remap=None),
+        "it has no entropy tensor",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED_WINDOWS)
+def test_a_malformed_window_file_is_one_line_naming_it(tmp_path, case):
+    change, message = MALFORMED_WINDOWS[case]
+    for w in range(2):
+        window_file(tmp_path, "as-trained", L, w, 0.5, True)
+    path = _window_changed(tmp_path, change, w=1)
+    with pytest.raises(ValueError, match=rf"^window file {re.escape(str(path))}: {message}") as err:
+        cs.build(tmp_path, tmp_path / "s.safetensors", KNOWN)
+    assert "\n" not in str(err.value) and str(err.value).endswith("delete it to redo")
+    assert not (tmp_path / "s.safetensors").exists()
+
+
+def test_windows_of_one_configuration_with_other_shapes_are_refused_naming_the_file(tmp_path):
+    """Issue 44 #7: two layers in window 0 and one in window 1 was torch's size mismatch, naming no file."""
+    for w in range(2):
+        window_file(tmp_path, "as-trained", L, w, 0.5, True)
+    path = _window_changed(tmp_path, lambda s, tr, t: t.update(s_hat=t["s_hat"][:1], key0=t["key0"][:1]), w=1)
+    with pytest.raises(ValueError, match=rf"^window file {re.escape(str(path))} holds s_hat \(1, 3, {L}\)"):
+        cs.build(tmp_path, tmp_path / "s.safetensors", KNOWN)
+    _window_changed(tmp_path, lambda s, tr, t: s.update(model="other"), w=1)
+    with pytest.raises(
+        ValueError, match=rf"^window file {re.escape(str(path))} was measured with other settings \(model\)"
+    ):
+        cs.build(tmp_path, tmp_path / "s.safetensors", KNOWN)
+
+
+def test_window_files_without_any_window_0_are_one_clear_line(tmp_path):
+    """Issue 44 #8: window 0 of every configuration deleted to redo them was "'NoneType' object is not a mapping"."""
+    for w in range(2):
+        window_file(tmp_path, "as-trained", L, w, 0.5, True)
+        window_file(tmp_path, "pi-2", 2 * L, w, 0.5, True)
+    for path in tmp_path.glob("*/*/window-0.safetensors"):
+        path.unlink()
+    with pytest.raises(
+        FileNotFoundError, match=rf"^no configuration under {re.escape(str(tmp_path))} has its window-0"
+    ):
+        cs.build(tmp_path, tmp_path / "s.safetensors", KNOWN)
+    assert not (tmp_path / "s.safetensors").exists()
+
+
+@pytest.fixture
+def toy_model(tmp_path):
+    """A model folder that ``configurations --build-only`` accepts: its config only (no weight is read)."""
+    folder = tmp_path / "toy"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": L}))
+    return folder
+
+
+def test_build_only_writes_only_a_configurations_store(tmp_path, toy_model, cli):
+    """Issue 44 #2: `configurations --build-only --store FILE` overwrote an ordinary store, a sinks file or a
+    text file and exited 0, and `--store ""` meant the shipped store. Each is one line before any write, the
+    file unchanged; a configurations store is built again in place."""
+    for w in range(2):
+        window_file(tmp_path / "w", "as-trained", L, w, 0.5, True)
+    ordinary = tmp_path / "default.safetensors"
+    save_profiles(
+        ordinary,
+        [Profile("a", {"encoding": "rope", "seed": 0, "train_len": 8}, 8, False, torch.zeros(1, 1, 8), torch.ones(8))],
+    )
+    sinks = tmp_path / "sinks.safetensors"
+    save_safetensors(sinks, {"m/as-is": torch.zeros(1, 1, 2)}, {"attnres-sinks": "{}"})
+    text = tmp_path / "notes.txt"
+    text.write_text("mine")
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    before = {p: p.read_bytes() for p in (ordinary, sinks, text)}
+    base = ["configurations", "--model", str(toy_model), "--work", str(tmp_path / "w"), "--build-only", "--quiet"]
+    for store in (ordinary, sinks, text, folder):
+        result = cli(*base, "--store", str(store))
+        assert result.returncode == 1 and result.stderr.splitlines() == [
+            f"error: {store} is not a configurations store; give another --store (nothing was written)"
+        ], result.stderr
+    result = cli(*base, "--store", "")
+    assert result.returncode == 1 and result.stderr.splitlines() == ["error: --store is empty: give the store's path"]
+    assert before == {p: p.read_bytes() for p in before} and not list(folder.iterdir())
+    good = tmp_path / "configured.safetensors"
+    for _ in range(2):  # built, then built again over itself
+        result = cli(*base, "--store", str(good))
+        assert result.returncode == 0 and result.stdout.strip() == str(good), result.stderr
+    assert cs.load(good).entry("as-trained", L).windows == 2
+
+
+def test_build_only_over_a_malformed_window_file_is_one_line(tmp_path, toy_model, cli):
+    """Issue 44 #7 and #8 from the command line: one line naming the file, status 1."""
+    window_file(tmp_path / "w", "as-trained", L, 0, 0.5, True)
+    path = _window_changed(tmp_path / "w", lambda s, tr, t: tr[0].pop("query_at"))
+    base = ["configurations", "--model", str(toy_model), "--work", str(tmp_path / "w"), "--build-only", "--quiet"]
+    result = cli(*base, "--store", str(tmp_path / "s.safetensors"))
+    assert result.returncode == 1 and result.stderr.splitlines() == [
+        f"error: window file {path}: trial 0 lacks query_at; delete it to redo"
+    ]
+    path.rename(path.with_name("window-1.safetensors"))
+    result = cli(*base, "--store", str(tmp_path / "s.safetensors"))
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"error: no configuration under {tmp_path / 'w'} has its window-0 file")

@@ -412,14 +412,35 @@ def load_window_values(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
     return out
 
 
+OTHER_STORES = {  # the header keys of the project's other safetensors files: what each is and what reads it
+    "attnres-configurations": "a configurations store (plans v3 and v4), not a measurement store: "
+    "`python -m attnres_helpers results --store PATH` prints it, and notebook 08 reads it",
+    "attnres-sinks": "a sinks file (notebook 07's moved first token, written by `python -m attnres_helpers sinks`), "
+    "not a measurement store: notebook 07 reads it (attnres_helpers.hf.sinks.load_sinks); no command prints it",
+    "attnres-copy-control": "the copy probe's scrambled control (written by `python -m attnres_helpers "
+    "copy-control`), not a measurement store: notebooks 03 and 05 read it (attnres_helpers.store.load_curves); "
+    "no command prints it",
+}
+
+
+class OtherStore(ValueError):
+    """A sound file of the project's other kinds (:data:`OTHER_STORES`) where a measurement store was asked for."""
+
+
 def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
     """(profiles, about) from a store file; a missing, corrupt or inconsistent file raises an error naming it."""
     path = regular_file(path, "measurement store")
     try:
         with safe_open(path, framework="pt") as f:
-            header = json.loads((f.metadata() or {})[HEADER_KEY])
-            tensors = {name: f.get_tensor(name) for name in f.keys()}
+            metadata = f.metadata() or {}
+            other = [kind for key, kind in OTHER_STORES.items() if key in metadata and HEADER_KEY not in metadata]
+            tensors = {} if other else {name: f.get_tensor(name) for name in f.keys()}
+        if other:  # a sound file of another kind: say which, and what reads it
+            raise OtherStore(f"{path} is {other[0].replace('PATH', str(path))}")
+        header = json.loads(metadata[HEADER_KEY])
     except (SafetensorError, OSError, KeyError, ValueError, TypeError) as err:
+        if isinstance(err, OtherStore):
+            raise
         raise ValueError(f"measurement store {path} is corrupt or not a store ({err})") from err
     runs = header.get("runs") if isinstance(header, dict) else None
     if not isinstance(runs, dict):

@@ -753,3 +753,25 @@ def test_a_store_that_is_not_a_regular_file_is_refused_unopened(cli, fifo, tmp_p
     assert out.stderr.splitlines() == [
         f"error: measurement store {tmp_path} is a folder, not a regular file; give a regular file"
     ]
+
+
+@pytest.mark.parametrize(
+    "name, kind, reader",
+    [
+        ("copy_control", "the copy probe's scrambled control", "notebooks 03 and 05 read it"),
+        ("sinks", "a sinks file", "notebook 07 reads it"),
+        ("configurations", "a configurations store", "`python -m attnres_helpers results --store"),
+    ],
+)
+def test_a_shipped_file_of_another_kind_is_named_with_what_reads_it(cli, name, kind, reader):
+    """Issue 44 #12: `results --store` on copy_control.safetensors or sinks.safetensors, and the trained
+    explorer on the configurations store, called sound shipped files "corrupt or not a store ('attnres')"."""
+    from attnres_helpers.paths import STORES
+
+    with pytest.raises(ValueError) as err:
+        load_profiles(STORES[name])
+    message = str(err.value)
+    assert message.startswith(f"{STORES[name]} is {kind}") and reader in message and "\n" not in message, message
+    if name != "configurations":  # results prints that one
+        out = cli("results", "--store", str(STORES[name]))
+        assert out.returncode == 1 and out.stderr.splitlines() == [f"error: {message}"]

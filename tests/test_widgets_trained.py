@@ -357,3 +357,10 @@ def test_trained_explorer_refuses_two_runs_of_one_setting_and_seed(tmp_path):
     path = tiny_store(tmp_path / "twins.safetensors", runs)
     with pytest.raises(ValueError, match="runs 'a' and 'b' are both setting 'base 100', seed 0"):
         trained_catalogue(path)
+
+
+def test_trained_explorer_on_the_configurations_store_says_what_reads_it():
+    """Issue 44 #12: it said the shipped configurations store was "corrupt or not a store ('attnres')"."""
+    path = STORES["configurations"]
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} is a configurations store .*notebook 08 reads it$"):
+        trained_catalogue(path)

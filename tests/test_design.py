@@ -24,7 +24,7 @@ LAYERS = [
         "data",
         "notebook",
     },  # the teaching core, the repo's files
-    {"encodings", "store", "configured_store"},
+    {"encodings", "store", "configured_store", "design_time"},
     {"measure", "stats", "hf"},  # measuring: our models, statistics, transformers' models
     {"checkpoints", "train"},  # loading and training (an HF-built checkpoint needs hf's config)
     {"experiments"},  # what is trained, and the one runner

@@ -1,0 +1,159 @@
+"""Design-time R of a `transformers` RoPE model under a training-free configuration (issue 41).
+
+The method is :mod:`attnres_helpers.design_time`'s; this module gives it its two parts from a model:
+
+- :func:`correlations`: one pass of the model as trained (:func:`.configurations.applied` with
+  ``as-trained`` and :func:`.configured_attention.capturing`), each layer's q and k, which
+  :class:`.configured_attention.ConfiguredLayer` holds rotated at the true positions, unrotated with the
+  rotary's own frequencies and factor, and summed into the content correlations C_f(n);
+- :func:`form`: a configuration's frequencies θ_f and attention factor, read from the very rotary module
+  :func:`.configurations.applied` gives the model (YaRN's blend and factor, dynamic NTK's base at T,
+  position interpolation), its remap's far positions and its mask.
+
+:func:`design_time` combines them at every length asked; :func:`report` is the ``design-time`` command.
+
+    python -m attnres_helpers design-time --model NAME|FOLDER --configuration NAME [--lengths 1,2,4]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from .. import design_time as dt
+from . import configured_attention
+from .configurations import CONFIGURATIONS, Configuration, applied
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+
+def _frequencies(rotary: torch.nn.Module, positions: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """θ (F,) float64 and the attention factor a of ``rotary`` called at ``positions`` (as the configured
+    attention calls it, so dynamic NTK's base follows the length); checked against the cos it returns."""
+    cos, _ = rotary(torch.zeros(1), positions[None])
+    theta, factor = rotary.inv_freq.double().cpu(), float(rotary.attention_scaling)
+    F = theta.numel()
+    expected = factor * torch.cos(positions.double()[:, None] * theta[None, :])
+    if not torch.allclose(cos[0, :, :F].double(), expected, atol=5e-3 * max(factor, 1.0), rtol=0):
+        raise ValueError(f"{type(rotary).__name__}'s phases are not inv_freq × position: no design-time form")
+    return theta, factor
+
+
+def _state():
+    return configured_attention._attending.get()  # the rotary module applied() gave the model
+
+
+@torch.no_grad()
+def correlations(model: PreTrainedModel, windows: Sequence[torch.Tensor], train_len: int) -> dt.Correlations:
+    """The model's part from passes of the model as trained over ``windows`` (each (N,) token ids, one
+    forward pass each, batch 1): :class:`attnres_helpers.design_time.Correlations`."""
+    sums = dt.CorrelationSums()
+    with applied(model, CONFIGURATIONS["as-trained"], train_len):
+        for ids in windows:
+            theta, factor = _frequencies(_state().rotary, torch.arange(len(ids)))
+
+            def consume(layer: configured_attention.ConfiguredLayer, theta=theta, factor=factor) -> None:
+                if layer.q.shape[0] != 1:
+                    raise ValueError("one window a pass (batch of 1)")
+                q, k = (dt.unrotate(x[0], theta, factor) for x in (layer.q, layer.k))
+                sums.add(q, k, layer.scaling)
+
+            with configured_attention.capturing(consume):
+                model.base_model(input_ids=ids[None], use_cache=False)
+            sums.end_window()
+    return sums.result()
+
+
+def form(model: PreTrainedModel, configuration: Configuration, train_len: int, T: int) -> dt.Form:
+    """The configuration's part at T: frequencies and factor from the rotary module it gives ``model``
+    (near at positions 0 … T − 1; far at the remap's query, then key positions, as the attention calls
+    them), its remap and its mask."""
+    with applied(model, configuration, train_len):
+        rotary = _state().rotary
+        theta, factor = _frequencies(rotary, torch.arange(T))
+        remap = configuration.remap_for(train_len)
+        theta_far = factor_far = None
+        if remap is not None:
+            pq, pk = remap.far_positions(T)
+            _frequencies(rotary, pq)
+            theta_far, factor_far = _frequencies(rotary, pk)
+    return dt.Form(theta, factor, configuration.mask_for(train_len), remap, theta_far, factor_far)
+
+
+def design_time(
+    model: PreTrainedModel, corr: dt.Correlations, configuration: Configuration, train_len: int, lengths: Sequence[int]
+) -> dict[int, dict[str, torch.Tensor]]:
+    """By T: design-time ``s_hat`` and ``s_hat_sink_free`` (layers, T), and ``r``, ``r_sink_free`` (layers,)."""
+    out = {}
+    for T in lengths:
+        s_hat, free = dt.design_s_hat(corr, form(model, configuration, train_len, T), T)
+        r, r_free = dt.r_pair(s_hat, free)
+        out[T] = {"s_hat": s_hat, "s_hat_sink_free": free, "r": r, "r_sink_free": r_free}
+    return out
+
+
+def text_windows(tokenizer, N: int, count: int = 1) -> list[torch.Tensor]:
+    """The first ``count`` of plan v4's evenly spread windows of N tokens of the whole corpus (plain text)."""
+    from ..data import eval_windows
+    from .configured import N_WINDOWS, corpus_ids
+
+    return list(eval_windows(corpus_ids(tokenizer), N, max(N_WINDOWS, count))[:count, :-1])
+
+
+def report(
+    model: str, configuration: str, multiples: Sequence[float], pass_len: int | None = None, windows: int = 1
+) -> str:
+    """The ``design-time`` command: design-time R per layer of ``model`` (a registry name, verified, or a
+    `transformers` folder) under ``configuration`` at each multiple of L, from ``windows`` passes of
+    ``pass_len`` tokens (default L) of the model as trained. Bad input is one line before any work."""
+    from .configurations import check_applies, check_config
+    from .folders import load_config, load_pretrained, load_tokenizer, local_folder
+    from .models import PRETRAINED_MODELS
+
+    if configuration not in CONFIGURATIONS:
+        raise ValueError(f"unknown configuration {configuration!r}; known: {', '.join(CONFIGURATIONS)}")
+    if not multiples or min(multiples) < 1:
+        raise ValueError(f"lengths {list(multiples)}: a length under one window of L (design time extends it)")
+    entry = PRETRAINED_MODELS.get(str(model))
+    if entry is not None:
+        from . import fetch
+
+        folder = fetch.verify(entry)
+    else:
+        folder = local_folder(Path(str(model)))
+    config = load_config(folder)
+    chosen = CONFIGURATIONS[configuration]
+    check_config(config, chosen)  # no rotary embedding, or several bases: one line, before any weight
+    L = entry.context if entry is not None else config.max_position_embeddings
+    N = pass_len or L
+    if not 3 <= N <= L:
+        raise ValueError(f"the pass takes 3 to L = {L} tokens of the model as trained, got {N}")
+    lengths = sorted({int(round(m * L)) for m in multiples})
+    start = time.perf_counter()
+    loaded = fetch.load(entry) if entry is not None else load_pretrained(folder).eval()
+    check_applies(loaded, chosen)
+    corr = correlations(loaded, text_windows(load_tokenizer(folder), N, windows), L)
+    passed = time.perf_counter()
+    results = design_time(loaded, corr, chosen, L, lengths)
+    done = time.perf_counter()
+    head = "layer " + " ".join(f"{'R(' + str(T) + ')':>11} {'no sink':>9}" for T in lengths)
+    rows = [head]
+    for layer in range(corr.layers):
+        cells = (f"{results[T]['r'][layer]:11.4g} {results[T]['r_sink_free'][layer]:9.4g}" for T in lengths)
+        rows.append(f"{layer:5d} " + " ".join(cells))
+    means = (f"{results[T]['r'].mean():11.4g} {results[T]['r_sink_free'].mean():9.4g}" for T in lengths)
+    rows.append(" mean " + " ".join(means))
+    return "\n".join(
+        [
+            f"design-time R of {folder.name} under {configuration} (L = {L}; mean-scores, boundary zero), from "
+            f"{windows} pass(es) of {N} tokens as trained: load and pass {passed - start:.1f} s, "
+            f"design {done - passed:.2f} s",
+            *rows,
+            dt.APPROXIMATE,
+        ]
+    )

@@ -1,0 +1,251 @@
+"""Design-time R of a real model (issue 41): closed-form checks that can fail.
+
+- the identity: the model as trained, on the windows its correlations were measured on, gives back the
+  measured ŝ (with and without the first-token entries) at every layer;
+- layer 0 (whose input has no position) under every configuration whose distance depends on n alone
+  equals that configuration's measured ŝ; Self-Extend comes close (its grouped distance depends on i mod G);
+- unit content reduces to notebook 02's design-time RoPE curve;
+- the mean phase over pairs under a remap agrees with each pair's distance written from the rule's
+  definition (:meth:`Remap.distance`), and a wrong sign or a wrong distance map breaks the identities;
+- the command line: bad input in one line before any work, and a run on a tiny Llama folder;
+- the score against measured R on synthetic input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from helpers import tiny_llama
+
+from attnres_helpers import design_time as dt
+from attnres_helpers.encodings import rope_score_curve
+from attnres_helpers.masks import Mask
+from attnres_helpers.metric import resolution, sink_free_scores
+
+hf_dt = pytest.importorskip("attnres_helpers.hf.design_time")
+from attnres_helpers.hf import configured_attention as ca  # noqa: E402
+from attnres_helpers.hf.configurations import CONFIGURATIONS, Remap, applied  # noqa: E402
+
+N = 64  # the pass; the configurations' L is N/2 for checks inside the pass (every window and factor in play)
+POSITION_ONLY = ("pi-2", "yarn-2", "yarn-4", "ntk-2", "ntk-static-2", "rerope-4", "leaky-rerope-4-16", "window")
+SELF_EXTEND = ("self-extend-8-8", "self-extend-16-16")
+IDENTITY_TOL = 1e-9  # of max |ŝ|: float64 throughout once q and k are captured
+LAYER0_TOL = 1e-6  # of max |ŝ|: the measured path rotates in float32
+
+
+class _Stop(Exception):
+    pass
+
+
+def measured(model, name: str, ids: torch.Tensor, train_len: int, layers: int | None = None):
+    """The configuration's measured ŝ and ŝ without key 0 (layers, T), head means, as plan v4 measures them."""
+    out = []
+    T = len(ids)
+
+    def consume(layer):
+        out.append((ca.configured_s_hat(layer).mean(0), ca.configured_key0(layer).mean(0)))
+        if layers is not None and len(out) == layers:
+            raise _Stop
+
+    try:
+        with torch.no_grad(), applied(model, CONFIGURATIONS[name], train_len), ca.capturing(consume):
+            model.base_model(input_ids=ids[None], use_cache=False)
+    except _Stop:
+        pass
+    s = torch.stack([o[0] for o in out])
+    counts = CONFIGURATIONS[name].mask_for(train_len).pair_counts(T)
+    return s, sink_free_scores(s, torch.stack([o[1] for o in out]), counts)
+
+
+def design(model, corr, name: str, train_len: int, T: int):
+    return dt.design_s_hat(corr, hf_dt.form(model, CONFIGURATIONS[name], train_len, T), T)
+
+
+def assert_same(a: torch.Tensor, b: torch.Tensor, tol: float):
+    """Equal -inf pattern, and finite entries within tol · max |b|."""
+    assert torch.equal(torch.isfinite(a), torch.isfinite(b))
+    finite = torch.isfinite(b)
+    err = (a - b)[finite].abs().max().item()
+    assert err <= tol * b[finite].abs().max().item(), (err, b[finite].abs().max().item())
+
+
+@pytest.fixture(scope="module")
+def llama():
+    """A random 2-layer Llama of context 32 (so dynamic NTK grows its base at N = 64), its q and k
+    projections scaled so that scores span about a nat; two windows of random tokens."""
+    model = tiny_llama(hidden_size=32, layers=2, heads=4, kv_heads=2, context=32)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight *= 8
+            layer.self_attn.k_proj.weight *= 8
+    ids = torch.randint(0, 256, (2, N), generator=torch.Generator().manual_seed(1))
+    return model, ids, hf_dt.correlations(model, list(ids), N)
+
+
+# ------------------------------------------------------------------------------------------ the identities
+
+
+def test_the_model_as_trained_gives_back_its_measured_s_hat_at_every_layer(llama):
+    """Two windows: the design-time ŝ equals the mean of the two measured ŝ, with and without key 0."""
+    model, ids, corr = llama
+    runs = [measured(model, "as-trained", w, N) for w in ids]
+    s, free = design(model, corr, "as-trained", N, N)
+    assert corr.windows == 2 and s.shape == (2, N)
+    assert_same(s, (runs[0][0] + runs[1][0]) / 2, IDENTITY_TOL)
+    assert_same(free, (runs[0][1] + runs[1][1]) / 2, IDENTITY_TOL)
+
+
+@pytest.mark.parametrize("name", POSITION_ONLY)
+def test_layer_0_under_a_distance_of_n_alone_equals_its_measured_s_hat(llama, name):
+    """Inside the pass (T = N = 2L'), every factor, window and clamp in play; ntk-2 has grown its base."""
+    model, ids, _ = llama
+    corr = hf_dt.correlations(model, [ids[0]], N)
+    m, m_free = measured(model, name, ids[0], N // 2, layers=1)
+    s, free = design(model, corr, name, N // 2, N)
+    assert_same(s[:1], m, LAYER0_TOL)
+    assert_same(free[:1], m_free, LAYER0_TOL)
+
+
+def test_dynamic_ntk_is_checked_where_it_differs_from_the_model_as_trained(llama):
+    model, _, _ = llama
+    assert not torch.equal(
+        hf_dt.form(model, CONFIGURATIONS["ntk-2"], 16, N).theta,
+        hf_dt.form(model, CONFIGURATIONS["as-trained"], 16, N).theta,
+    )
+
+
+@pytest.mark.parametrize("name", SELF_EXTEND)
+def test_self_extend_at_layer_0_is_close_not_equal(llama, name):
+    """Its far distance depends on i mod G; the design averages the phase over the pairs with one C_f(n).
+    Measured here: max error 3.3% and 5.6% of max |ŝ|; R within 1.0% and 2.3%."""
+    model, ids, _ = llama
+    corr = hf_dt.correlations(model, [ids[0]], N)
+    m, _ = measured(model, name, ids[0], N // 2, layers=1)
+    s, _ = design(model, corr, name, N // 2, N)
+    err = (s[0] - m[0]).abs().max() / m[0].abs().max()
+    assert 1e-4 < err < 0.15
+    assert abs(resolution(s[0]) / resolution(m[0]) - 1) < 0.05
+
+
+# ------------------------------------------------------------------------------------------ the form
+
+
+@pytest.mark.parametrize(("N_", "d", "base"), [(64, 64, 10000.0), (300, 32, 500.0), (1024, 64, 100000.0)])
+def test_unit_content_is_notebook_02s_rope_curve(N_, d, base):
+    expected = rope_score_curve(N_, d, base, scale=d**0.5)
+    np.testing.assert_allclose(dt.rope_curve(N_, d, base).numpy(), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("rule", "window", "params"), [("self-extend", 4, (4,)), ("rerope", 8, ()), ("leaky-rerope", 8, (4,))]
+)
+def test_the_mean_phase_over_pairs_follows_each_pairs_distance(rule, window, params):
+    """Φ_f(n) against the mean over the bulk pairs (keys ≥ 1) of a² e^{iθ d(i, j)}, d from Remap.distance."""
+    T, theta, factor = 40, torch.tensor([0.9, 0.3, 0.05], dtype=torch.float64), 1.3
+    remap = Remap(rule, window, params)
+    phase = dt.bulk_phase(dt.Form(theta, factor, Mask(), remap), T)
+    i, j = torch.tril_indices(T, T)
+    keep = j >= 1
+    i, j = i[keep], j[keep]
+    d = remap.distance(i, j)
+    pairs = factor**2 * torch.polar(torch.ones(len(d), 3, dtype=torch.float64), d[:, None] * theta)
+    for n in range(T - 1):
+        at = (i - j) == n
+        torch.testing.assert_close(phase[:, n], pairs[at].mean(0), atol=1e-12, rtol=0)
+
+
+def test_constant_content_gives_a_flat_s_hat_where_the_mask_has_pairs():
+    """θ = 0 and C_f = 1 everywhere: every pair scores scaling · a² · F, so ŝ is flat, -inf exactly where
+    the mask has no pair, and without key 0 -inf where key 0's was the only one."""
+    F, T = 4, 48
+    one = torch.ones(1, F, 8, dtype=torch.complex128)
+    corr = dt.Correlations(
+        one,
+        one.clone(),
+        torch.ones(1, 1, F) + 0j,
+        torch.ones(1, 1, F) + 0j,
+        torch.ones(1, 1, dt.FIRST_KEYS, F) + 0j,
+        0.5,
+        1,
+    )
+    for mask in (Mask(), Mask("bca", 8), Mask("window", 16, 4), Mask("bca", 12, 4)):
+        s, free = dt.design_s_hat(corr, dt.Form(torch.zeros(F, dtype=torch.float64), 2.0, mask), T)
+        counts = mask.pair_counts(T)
+        assert torch.equal(torch.isfinite(s[0]), counts > 0)
+        torch.testing.assert_close(s[0][counts > 0], torch.full_like(s[0][counts > 0], 0.5 * 4 * F))
+        has_key0 = mask.allowed_pairs(torch.arange(T), torch.zeros(T, dtype=torch.long))
+        assert torch.equal(torch.isfinite(free[0]), counts - has_key0.double() > 0)
+
+
+# ------------------------------------------------------------------------------------------ mutations
+
+
+def test_the_wrong_sign_of_the_angle_breaks_the_identity(llama):
+    model, ids, corr = llama
+    m = (measured(model, "as-trained", ids[0], N)[0] + measured(model, "as-trained", ids[1], N)[0]) / 2
+    right, _ = design(model, corr, "as-trained", N, N)
+    right_form = hf_dt.form(model, CONFIGURATIONS["as-trained"], N, N)
+    s, _ = dt.design_s_hat(corr, dataclasses.replace(right_form, theta=-right_form.theta), N)
+    assert (s - m).abs().max() > 100 * (right - m).abs().max() + 1e-3 * m.abs().max()
+
+
+def test_the_wrong_distance_map_breaks_layer_0(llama):
+    """ReRoPE's far pairs taken at their true distance (no clamp) miss its measured ŝ."""
+    model, ids, _ = llama
+    corr = hf_dt.correlations(model, [ids[0]], N)
+    m, _ = measured(model, "rerope-4", ids[0], N // 2, layers=1)
+    f = hf_dt.form(model, CONFIGURATIONS["rerope-4"], N // 2, N)
+    s, _ = dt.design_s_hat(corr, dataclasses.replace(f, remap=None), N)
+    assert (s[0] - m[0]).abs().max() > 1e-2 * m[0].abs().max()
+
+
+# ------------------------------------------------------------------------------------------ scored
+
+
+def test_score_on_synthetic_input():
+    layers = 3
+    measured_r = {f"c{i}": torch.full((layers,), 0.1 * (i + 1), dtype=torch.float64) for i in range(5)}
+    design_r = {name: 2 * r for name, r in measured_r.items()}
+    out = dt.score(design_r, measured_r)
+    np.testing.assert_allclose(out["ratio"], 2.0)
+    np.testing.assert_allclose(out["mean_ratio"], 2.0)
+    assert out["rho"] == pytest.approx(1.0) and np.allclose(out["rho_layers"], 1.0) and out["interval"] is None
+    reversed_r = {name: 1 / r for name, r in measured_r.items()}
+    assert dt.score(reversed_r, measured_r)["rho"] == pytest.approx(-1.0)
+    tied = {**design_r, "c4": design_r["c3"]}  # mid-ranks: ranks 1, 2, 3, 4.5, 4.5 against 1 … 5
+    assert dt.score(tied, measured_r)["rho"] == pytest.approx(np.corrcoef([1, 2, 3, 4.5, 4.5], [1, 2, 3, 4, 5])[0, 1])
+    # per-window R: windows that agree give a degenerate interval at ρ; the measured mean is the windows' mean
+    windows = {name: torch.stack([r, r, r]) for name, r in measured_r.items()}
+    out = dt.score(design_r, measured_r, windows, resamples=200)
+    assert out["interval"] == pytest.approx((1.0, 1.0)) and np.allclose(
+        out["measured"][:, 0], [0.1, 0.2, 0.3, 0.4, 0.5]
+    )
+    # one window of three orders the configurations the other way: resamples with two or three draws of it
+    # (7 in 27) give ρ = −1, the rest +1
+    noisy = {name: torch.stack([r, 0.6 - r, r]) for name, r in measured_r.items()}
+    assert dt.score(design_r, measured_r, noisy, resamples=500)["interval"] == pytest.approx((-1.0, 1.0))
+    with pytest.raises(ValueError, match="at least 2"):
+        dt.score({"a": design_r["c0"]}, measured_r)
+
+
+def test_measured_r_of_store_entries_asks_the_store():
+    class Entry:
+        def __init__(self, r):
+            self.r = r
+
+        def profile(self):
+            outer = self
+
+            class P:
+                def layer_resolutions(self, sink=True):
+                    return outer.r if sink else outer.r / 2
+
+            return P()
+
+    got = dt.measured_r({"a": Entry(torch.tensor([0.4]))}, sink=False)
+    assert got["a"].item() == pytest.approx(0.2)
+    s = torch.tensor([[3.0, 0.0, -1.0]])
+    assert dt.r_of_s_hat(s).item() == pytest.approx(resolution(s[0]).item())

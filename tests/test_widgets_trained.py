@@ -364,3 +364,35 @@ def test_trained_explorer_on_the_configurations_store_says_what_reads_it():
     path = STORES["configurations"]
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} is a configurations store .*notebook 08 reads it$"):
         trained_catalogue(path)
+
+
+def test_a_store_with_heads_averaged_past_a_length_is_shown_with_the_head_mean(tmp_path):
+    """Issue 44 #13: `measure-hf --train-len 2048 --lengths 1,2` keeps every head at L (--per-head-up-to 2048)
+    and only their mean at 2L, so one store holds (layers, heads) and (layers, 1): the trained explorer
+    refused it. It shows it with the head mean at every length (no head to choose), R the store's record."""
+    meta = {"encoding": "rope", "seed": 0, "config": PRETRAINED_CONFIG, "heads_averaged": [16]}
+    g = torch.Generator().manual_seed(0)
+    profiles = [
+        Profile("smol", {"train_len": 8, **meta}, T, False, torch.randn(2, 3 if T == 8 else 1, T, generator=g), nll)
+        for T, nll in ((8, torch.ones(8)), (16, torch.ones(16)))
+    ]
+    path = tmp_path / "mixed.safetensors"
+    save_profiles(path, profiles)
+    catalogue = trained_catalogue(path)
+    assert catalogue["heads"] == 0 and catalogue["layers"] == 2 and catalogue["eval_multiples"] == [1, 2]
+    checked = 0
+    for boundary in BOUNDARIES:
+        for rec in store_records(load_profiles(path)[0], boundary=boundary):
+            if rec["layer"] == "upper":
+                continue
+            state = trained_state(catalogue, "rope", 0, rec["layer"], "mean", rec["eval_len"] // 8, False)
+            assert state["R"][rec["head_mode"], boundary] == pytest.approx(rec["resolution"], rel=1e-12, abs=1e-15)
+            checked += 1
+    assert checked > 8
+    ui = trained_explorer(path)
+    assert part(ui, "attnres-error").layout.display == "none"
+    assert bytes(part(ui, "attnres-trained-plot").value).startswith(PNG)
+    deeper = Profile("smol", profiles[1].meta, 16, False, torch.zeros(3, 1, 16), torch.ones(16))
+    save_profiles(path, [profiles[0], deeper])  # 2 layers at L, 3 at 2L: still refused
+    with pytest.raises(ValueError, match=r"one \(layers, heads\) shape, got .* shapes \[\(2, 3\), \(3, 1\)\]"):
+        trained_catalogue(path)

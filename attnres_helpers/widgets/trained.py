@@ -82,20 +82,25 @@ def trained_catalogue(store_path: str | Path | None = None) -> dict:
     "train_len", "layers", "heads"}`` (:func:`setting_of`: the shipped store's settings are its
     encodings; ``heads`` is 0 where the heads were averaged at measurement, so that there is no head
     to choose). Every run must share one training length and one (layers, heads) shape, since the
-    controls offer one set of each, and some eval length must be a multiple of it; R and plot ranges
+    controls offer one set of each (heads averaged past some length, (layers, 1) there: shown with the
+    head mean everywhere), and some eval length must be a multiple of it; R and plot ranges
     are cached in it as they are asked for.
     """
     path = DEFAULT_STORE if store_path is None else store_path
     profiles, _ = load_profiles(path)
     index, seeds, settings = _index(path, profiles)
     train_lens = {p.meta["train_len"] for p in profiles}
-    shapes = {tuple(p.s_hat.shape[:2]) for p in profiles}
-    if len(train_lens) != 1 or len(shapes) != 1:
+    # heads averaged at measurement past some length (measure-hf's --per-head-up-to) hold (layers, 1) beside
+    # the (layers, heads) of the lengths that kept them: such a store is shown with the head mean everywhere
+    kept = {tuple(p.s_hat.shape[:2]) for p in profiles if not p.heads_averaged}
+    depths = {p.s_hat.shape[0] for p in profiles}
+    if len(train_lens) != 1 or len(kept) > 1 or len(depths) != 1:
+        shapes = sorted({tuple(p.s_hat.shape[:2]) for p in profiles})
         raise ValueError(
             f"store {path}: the trained explorer needs one training length and one (layers, heads) shape, "
-            f"got training lengths {sorted(train_lens)} and shapes {sorted(shapes)}"
+            f"got training lengths {sorted(train_lens)} and shapes {shapes}"
         )
-    ((layers, heads),) = shapes
+    layers, heads = depths.pop(), kept.pop()[1] if kept else 1
     L = train_lens.pop()
     multiples = sorted({p.eval_len // L for p in profiles if p.eval_len % L == 0})
     if not multiples:

@@ -249,3 +249,49 @@ def test_measured_r_of_store_entries_asks_the_store():
     assert got["a"].item() == pytest.approx(0.2)
     s = torch.tensor([[3.0, 0.0, -1.0]])
     assert dt.r_of_s_hat(s).item() == pytest.approx(resolution(s[0]).item())
+
+
+# ------------------------------------------------------------------------------------------ SmolLM2
+
+
+@pytest.fixture(scope="module")
+def smollm2(registry_model):
+    """SmolLM2-135M, plan v4's first text window of 512 tokens, and its correlations from one pass."""
+    from attnres_helpers.hf import fetch
+    from attnres_helpers.hf.folders import load_tokenizer
+    from attnres_helpers.hf.models import SMOLLM2
+
+    model = registry_model(SMOLLM2)
+    ids = hf_dt.text_windows(load_tokenizer(fetch.model_dir(SMOLLM2)), 512)[0]
+    return model, ids, hf_dt.correlations(model, [ids], 512)
+
+
+@pytest.mark.pretrained
+def test_smollm2_as_trained_gives_back_its_measured_s_hat_at_every_layer(smollm2):
+    """Seen: 9.5e-13 nats at most (max |ŝ| 12.6), 30 layers."""
+    model, ids, corr = smollm2
+    m, m_free = measured(model, "as-trained", ids, 512)
+    s, free = design(model, corr, "as-trained", 512, 512)
+    assert s.shape == (30, 512)
+    assert_same(s, m, IDENTITY_TOL)
+    assert_same(free, m_free, IDENTITY_TOL)
+
+
+@pytest.mark.pretrained
+@pytest.mark.parametrize("name", [*POSITION_ONLY, *SELF_EXTEND])
+def test_smollm2_layer_0_under_each_configuration(smollm2, name):
+    """T = 512 with the configurations' L = 256 (ntk-2 is the model as trained there: SmolLM2's context is
+    8192). Distance of n alone: equal to 1e-5 of max |ŝ| (seen at most 2.8e-6 nats, 8.9e-7 of max |ŝ|: the
+    measured path rotates in float32). Self-Extend (8, 8) and (16, 16): seen max error 3.0e-2 and 2.2e-2
+    nats (1.2% and 0.9% of max |ŝ|; RMS 7e-3 and 4e-3), R within 5.4e-4 and 1.0e-3 relative, with and
+    without key 0."""
+    model, ids, corr = smollm2
+    m, m_free = measured(model, name, ids, 256, layers=1)
+    s, free = design(model, corr, name, 256, 512)
+    if name in SELF_EXTEND:
+        assert (s[0] - m[0]).abs().max() < 0.05
+        for a, b in ((s[0], m[0]), (free[0], m_free[0])):
+            assert abs(resolution(a) / resolution(b) - 1) < 1e-2
+    else:
+        assert_same(s[:1], m, 1e-5)
+        assert_same(free[:1], m_free, 1e-5)

@@ -9,7 +9,14 @@ PY := $(VENV)/bin/python
 # modules again (about 15 s of a 135 s make test-fast here).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: lab test test-fast lint browser-test execute bench figures pretrained pretrained-store clean
+# torch's CPU build by default: the default index's Linux build brings several GB of CUDA libraries that a
+# laptop reading these notebooks never uses. `make lab TORCH_INDEX=` installs from the default index instead
+# (pip's own configuration applies either way: a machine whose pip finds the CPU wheel locally, as this
+# project's CI does, gets it from there).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIN := $(shell grep -E '^torch==' requirements.txt)
+
+.PHONY: lab test test-fast lint browser-test book execute bench figures pretrained pretrained-store clean
 
 # Reading needs requirements.txt (mostly torch: a few minutes the first time; pip prints each
 # package as it goes); the tests' tools (requirements-test.txt) are installed by the first `make test` or
@@ -17,15 +24,22 @@ unexport PYTHONDONTWRITEBYTECODE
 # edits. setuptools warns about every editable install in a boxed banner; PYTHONWARNINGS keeps the build quiet
 # (the install is the same).
 $(VENV)/.installed: requirements.txt pyproject.toml
-	@echo "make: creating $(VENV) and installing what reading needs (requirements.txt, mostly torch; first time only)"
+	@echo "make: creating $(VENV) and installing what reading needs (requirements.txt; first time only, a few minutes)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	@if [ -n "$(TORCH_INDEX)" ]; then \
+	  echo "make: 1/2 $(TORCH_PIN), the CPU build (about 200 MB), from $(TORCH_INDEX) (TORCH_INDEX= for the default index's build)"; \
+	  $(PY) -m pip install --progress-bar on --retries 1 "$(TORCH_PIN)" --index-url $(TORCH_INDEX) \
+	  || echo "make: torch could not be installed from $(TORCH_INDEX); the next step takes it from the default index"; \
+	fi
+	@echo "make: 2/2 the rest of requirements.txt (about 130 packages with their dependencies). pip lists each one it"
+	@echo "      collects, then prints 'Installing collected packages' and is silent while it unpacks them: a minute or two"
 	$(PY) -m pip install --progress-bar on -r requirements.txt
 	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt
-	@echo "make: installing the tests' tools (requirements-test.txt)"
+	@echo "make: installing the tests' tools (requirements-test.txt: pytest, nbval, playwright, ruff; about a minute, quiet)"
 	$(PY) -m pip install --quiet -r requirements-test.txt
 	touch $@
 
@@ -58,7 +72,21 @@ lint: $(VENV)/.installed-test
 test-fast: $(VENV)/.installed-test
 	$(PY) -m pytest -p no:nbval -p no:logging -m "not browser and not pretrained and not slow" tests
 
-# The real-browser test of the explorer (needs Debian's chromium: apt-get install chromium).
+# The rendered book: a static HTML site of the committed, executed notebooks (build/book/html/index.html), read in
+# any browser without installing anything. Nothing is executed and nothing is downloaded while it builds (about
+# 10 s). Its tools (requirements-book.txt: Sphinx, myst-nb, a theme, MathJax) live in their own small
+# environment, $(BOOK_VENV), without torch: building the book does not need what reading live needs.
+BOOK_VENV := .venv-book
+$(BOOK_VENV)/.installed: requirements-book.txt
+	@echo "make: creating $(BOOK_VENV) with the book's tools (requirements-book.txt; first time only, about 30 s, quiet)"
+	$(PYTHON) -m venv $(BOOK_VENV)
+	$(BOOK_VENV)/bin/python -m pip install --quiet -r requirements-book.txt
+	touch $@
+
+book: $(BOOK_VENV)/.installed
+	$(BOOK_VENV)/bin/python scripts/build_book.py
+
+# The real-browser tests: JupyterLab's, and the built book's (make book first). Needs Debian's chromium (apt-get install chromium).
 browser-test: $(VENV)/.installed-test
 	$(PY) -m pytest -m browser tests -v
 
@@ -92,4 +120,4 @@ pretrained-store: pretrained
 	$(PY) -m attnres_helpers measure-pretrained
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(BOOK_VENV) build/book .pytest_cache .hypothesis

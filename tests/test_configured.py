@@ -3,6 +3,7 @@
 import json
 import math
 import re
+import zlib
 from itertools import permutations
 
 import numpy as np
@@ -443,3 +444,46 @@ def test_build_only_over_a_malformed_window_file_is_one_line(tmp_path, toy_model
     result = cli(*base, "--store", str(tmp_path / "s.safetensors"))
     assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
     assert result.stderr.startswith(f"error: no configuration under {tmp_path / 'w'} has its window-0 file")
+
+
+def _word_tokenizer(text, add_special_tokens=True):
+    """A tokenizer for a tiny random Llama (256 ids): words, digits one by one, punctuation (no model files)."""
+    pieces = re.findall(r" ?[^\W\d]+|\d| ?[^\w\s]|\s+", text)
+    return {"input_ids": [zlib.crc32(p.encode()) % 256 for p in pieces]}
+
+
+def test_more_windows_than_the_work_folder_was_measured_with_names_the_folder_once(tmp_path):
+    """Issue 44 #14: `configurations --windows 2` after `--windows 1` said to delete one window file, and
+    deleting it moved the error to the next of 80. Every job is checked before any is measured: one error
+    naming the work folder (every window there was placed for one window) and the flag that goes on with them."""
+    from helpers import tiny_llama
+
+    from attnres_helpers.hf.configured import measure_configurations
+
+    model, work = tiny_llama(context=L), tmp_path / "work"
+
+    def run(n_windows):
+        return measure_configurations(
+            model, _word_tokenizer, work, "toy", L, ["as-trained", "pi-2"], n_windows, progress=False
+        )
+
+    assert run(1) == 4  # as-trained and pi-2 at L and 2L
+    before = {p: p.stat().st_mtime_ns for p in work.rglob("*")}
+    with pytest.raises(ValueError) as err:
+        run(2)
+    assert str(err.value) == (
+        f"the window files under {work} were measured with other settings (n_windows; "
+        f"as-trained/{L}/window-0.safetensors among them): clear {work} to measure again, "
+        "or run with --windows 1 to go on with them"
+    )
+    assert before == {p: p.stat().st_mtime_ns for p in work.rglob("*")}  # nothing measured, nothing removed
+    assert run(1) == 0
+    path = work / "pi-2" / str(2 * L) / "window-0.safetensors"
+    settings, trials, tensors = cs.read_window_file(path)
+    save_safetensors(path, tensors, {"settings": json.dumps(settings | {"rope": None}), "trials": json.dumps(trials)})
+    with pytest.raises(ValueError) as err:
+        run(1)
+    assert (
+        str(err.value)
+        == f"window file {path} was measured with other settings (rope); clear {work / 'pi-2'} to measure pi-2 again"
+    )

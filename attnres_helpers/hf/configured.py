@@ -143,15 +143,28 @@ def job_path(folder: Path, name: str, T: int, window: int) -> Path:
 
 
 def _done(path: Path, settings: dict) -> bool:
+    """Whether the window file at ``path`` holds this job, measured with ``settings``. A file measured with
+    other settings is an error naming the folder to clear: the work folder where a setting every window
+    shares differs (``--windows``, the model, L, the plan, the passkey sentences), else the configuration's."""
+    from ..configured_store import SHARED_SETTINGS
+
     if not path.is_file():
         return False
     stored, _, _ = read_window_file(path)
     stored = json.loads(json.dumps(stored))
     if stored != json.loads(json.dumps(settings)):
-        differ = sorted(k for k in settings if stored.get(k) != json.loads(json.dumps(settings[k])))
+        differ = sorted(k for k in {*settings, *stored} if stored.get(k) != json.loads(json.dumps(settings.get(k))))
+        work, name = path.parent.parent.parent, path.parent.parent.name
+        if any(k in SHARED_SETTINGS for k in differ):  # every window file under work shares them
+            n = stored.get("n_windows")
+            keep = f", or run with --windows {n} to go on with them" if differ == ["n_windows"] else ""
+            raise ValueError(
+                f"the window files under {work} were measured with other settings ({', '.join(differ)}; "
+                f"{path.relative_to(work)} among them): clear {work} to measure again{keep}"
+            )
         raise ValueError(
             f"window file {path} was measured with other settings ({', '.join(differ)}); "
-            f"clear {path.parent.parent} to measure {path.parent.parent.name} again"
+            f"clear {path.parent.parent} to measure {name} again"
         )
     return True
 

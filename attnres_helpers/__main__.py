@@ -122,7 +122,7 @@ def cmd_family_v2(args: argparse.Namespace) -> None:
     """Train and measure the v2 family of notebook 05 (plan v2) into data/results/family_v2.safetensors;
     with --distributed, under ``torchrun --nproc-per-node N``, each process takes its share of the runs."""
     from .experiments import run_family_v2
-    from .experiments.distributed import distributed_rank
+    from .torchrun import distributed_rank
 
     under_torchrun = distributed_rank() is not None
     if args.distributed and not under_torchrun:
@@ -277,6 +277,16 @@ def cmd_configurations(args: argparse.Namespace) -> None:
             build_only=args.build_only,
         )
     )
+
+
+def cmd_design_time(args: argparse.Namespace) -> None:
+    """Issue 41: design-time R per layer under each configuration, from one pass of the model as trained."""
+    if min(args.lengths) < 1:
+        raise ValueError(f"--lengths {min(args.lengths):g} is under one window of L: design time extends it")
+    from .hf.design_time import report
+
+    _set_threads(args.threads)
+    print(report(args.model, args.configuration, args.lengths, args.pass_len))
 
 
 def cmd_copy_control(args: argparse.Namespace) -> None:
@@ -470,6 +480,13 @@ def _add_experiment_parsers(subparsers) -> None:
         "--build-only", action="store_true", help="build the store from the finished windows; measure nothing"
     )
     p.set_defaults(func=cmd_configurations)
+    p = subparsers.add_parser("design-time", help="issue 41: design-time R per layer under configurations (seconds)")
+    p.add_argument("--model", default="smollm2-135m-instruct", help="a registry name or a transformers folder")
+    p.add_argument("--configuration", type=_configuration_names, required=True, help="NAME[,NAME...] (registry)")
+    p.add_argument("--lengths", type=_lengths, default=(1.0, 2.0), help="multiples of L, each >= 1 (default 1,2)")
+    p.add_argument("--pass-len", type=_positive_int, default=None, help="tokens of the pass as trained (default L)")
+    p.add_argument("--threads", type=_threads, default=0, help="torch CPU threads; 0: torch's default")
+    p.set_defaults(func=cmd_design_time)
     p = subparsers.add_parser("copy-control", help="the copy probe's scrambled control on notebook 03's checkpoints")
     p.add_argument("--threads", type=_threads, default=1, help="torch CPU threads; 0: torch's default")
     p.set_defaults(func=cmd_copy_control)

@@ -48,13 +48,6 @@ from .metric import layer_resolution, resolution
 
 FIRST_KEYS = 10  # first keys kept one by one (the registry's most sinks: LM-Infinite's 10)
 
-APPROXIMATE = (
-    "approximate: C_f(n) past the measured pass is its far value mean q̃·conj(mean k̃) (plan v4's rule); "
-    "C_f is the model as trained's (upper layers' q, k change with the configuration); masks other than "
-    "causal take C_f over all pairs; Self-Extend's grouped distance is averaged over the pairs (C_f assumed "
-    "the same for every i mod G); sink keys past key 0 take their far value"
-)
-
 
 def complex_pairs(x: torch.Tensor) -> torch.Tensor:
     """(..., T, d) real, `transformers`' halves -> (..., d/2, T) complex128, x_f + i x_{f+d/2}, time last."""
@@ -232,6 +225,23 @@ def bulk_phase(form: Form, T: int) -> torch.Tensor:
     pairs = (T - 1 - n).clamp(min=1).double()
     far = _correlate(form.far(pq.double()), keys) / pairs
     return torch.where(n < form.remap.window, near, far)
+
+
+def approximations(form: Form, T: int, N: int, changed: bool) -> list[str]:
+    """What the design-time ŝ at T from a pass of N tokens takes as approximate under ``form`` (``changed``:
+    the configuration changes the model's attention at T; then every layer above 0 is approximate)."""
+    out = []
+    if T > N:  # bulk pairs at n >= N - 1, which the pass has none of
+        out.append(f"C_f(n) for n >= {N - 1} is its far value mean q̃·conj(mean k̃) (plan v4's rule)")
+    if changed:
+        out.append("layers above 0 keep the model as trained's C_f (their q, k change with the configuration)")
+    if not form.mask.is_causal_at(T):
+        out.append(f"the {form.mask.kind} mask's pairs take C_f(n) of all pairs at n")
+    if form.remap is not None and form.remap.rule == "self-extend" and T > form.remap.window:
+        out.append("Self-Extend's grouped distance (i mod G) is averaged over the pairs with one C_f(n)")
+    if form.mask.sinks > 1 and len(form.mask.sink_pairs(T)[0]):
+        out.append(f"the pairs of sink keys 1 to {form.mask.sinks - 1} take their far value")
+    return out or ["nothing: the measured pass itself"]
 
 
 def design_s_hat(corr: Correlations, form: Form, T: int) -> tuple[torch.Tensor, torch.Tensor]:

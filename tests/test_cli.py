@@ -21,6 +21,7 @@ COMMANDS = (
     "measure-hf",
     "fetch-pretrained",
     "figures",
+    "design-time",
 )
 
 
@@ -61,6 +62,9 @@ def test_results_runs_as_a_process_and_a_user_error_is_one_line(tmp_path, cli):
         ["results", "--help"],
         ["measure-hf", "--lengths", "x"],
         ["measure-hf", "--model", "m", "--train-len", "1"],
+        ["design-time", "--help"],
+        ["design-time", "--configuration", "yarn-3"],
+        ["design-time", "--configuration", "yarn-2", "--lengths", "0.5"],
     ],
 )
 def test_help_and_usage_errors_answer_without_importing_torch(argv):

@@ -295,3 +295,80 @@ def test_smollm2_layer_0_under_each_configuration(smollm2, name):
     else:
         assert_same(s[:1], m, 1e-5)
         assert_same(free[:1], m_free, 1e-5)
+
+
+# ------------------------------------------------------------------------------------------ the command
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """A random one-layer Llama of context 64 with SmolLM2's tokenizer (where the cache holds it), and a
+    GPT-2 of no rotary embedding, as `transformers` folders."""
+    import shutil
+
+    import transformers
+
+    from attnres_helpers.hf import fetch
+    from attnres_helpers.hf.models import SMOLLM2
+
+    root = tmp_path_factory.mktemp("design-time")
+    torch.manual_seed(0)
+    llama = transformers.LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+    )
+    transformers.AutoModelForCausalLM.from_config(llama).save_pretrained(root / "llama")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (fetch.model_dir(SMOLLM2) / name).exists():
+            shutil.copy(fetch.model_dir(SMOLLM2) / name, root / "llama" / name)
+    gpt2 = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, n_positions=64, vocab_size=256)
+    transformers.AutoModelForCausalLM.from_config(gpt2).save_pretrained(root / "gpt2")
+    return root
+
+
+def test_the_command_refuses_bad_input_in_one_line_before_any_work(folders, cli, monkeypatch):
+    from attnres_helpers.hf import design_time as module
+
+    monkeypatch.setattr(module, "correlations", lambda *a: pytest.fail("work began"))
+    llama = str(folders / "llama")
+    cases = {
+        ("--model", llama, "--configuration", "yarn-3"): (2, "unknown configuration yarn-3"),
+        ("--model", llama, "--configuration", "yarn-2", "--lengths", "0.5,2"): (1, "under one window"),
+        ("--model", str(folders / "gpt2"), "--configuration", "yarn-2"): (1, "no rotary embedding"),
+        ("--model", llama, "--configuration", "yarn-2", "--pass-len", "65"): (1, "3 to L = 64 tokens"),
+        ("--model", str(folders / "absent"), "--configuration", "yarn-2"): (1, "does not exist"),
+    }
+    for args, (code, message) in cases.items():
+        result = cli("design-time", *args)
+        assert result.returncode == code and message in result.stderr, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.pretrained
+def test_the_command_prints_the_design_time_pair_per_layer(folders, cli):
+    """A tiny Llama folder (with SmolLM2's tokenizer) under Self-Extend and YaRN at L, 2L and 4L."""
+    if not (folders / "llama" / "tokenizer.json").exists():
+        pytest.skip("SmolLM2's tokenizer is absent (make pretrained)")
+    args = ["--model", str(folders / "llama"), "--configuration", "self-extend-8-8,yarn-2", "--lengths", "1,2,4"]
+    result = cli("design-time", *args)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("design-time R of llama (L = 64;")
+    for name in ("self-extend-8-8", "yarn-2"):
+        at = lines.index(next(line for line in lines if line.startswith(name + ": design")))
+        approximate = lines[at + 1 : at + 4]
+        assert [line.split(":")[0] for line in approximate] == [f"  approximate at T = {T}" for T in (64, 128, 256)]
+        assert ("Self-Extend's grouped distance" in approximate[0]) == (name == "self-extend-8-8")
+        assert "far value" not in approximate[0] and "far value" in approximate[1]
+        assert all("layers above 0" in line for line in approximate)  # both change the model inside L
+        at += 3
+        assert lines[at + 1].split() == ["layer", "R(64)", "no", "sink", "R(128)", "no", "sink", "R(256)", "no", "sink"]
+        values = [float(v) for v in lines[at + 2].split()[1:]]
+        assert len(values) == 6 and all(0 < v < 1 for v in values)
+        assert lines[at + 3].startswith(" mean ")

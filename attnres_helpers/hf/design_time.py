@@ -106,17 +106,20 @@ def text_windows(tokenizer, N: int, count: int = 1) -> list[torch.Tensor]:
 
 
 def report(
-    model: str, configuration: str, multiples: Sequence[float], pass_len: int | None = None, windows: int = 1
+    model: str, configurations: Sequence[str], multiples: Sequence[float], pass_len: int | None = None, windows: int = 1
 ) -> str:
     """The ``design-time`` command: design-time R per layer of ``model`` (a registry name, verified, or a
-    `transformers` folder) under ``configuration`` at each multiple of L, from ``windows`` passes of
-    ``pass_len`` tokens (default L) of the model as trained. Bad input is one line before any work."""
+    `transformers` folder) under each configuration at each multiple of L, from ``windows`` passes of
+    ``pass_len`` tokens (default L) of the model as trained, shared by the configurations. Bad input (an
+    unknown configuration, a length under one window of L, a model without one RoPE, a pass longer than L)
+    is one line before any weight is read."""
     from .configurations import check_applies, check_config
     from .folders import load_config, load_pretrained, load_tokenizer, local_folder
     from .models import PRETRAINED_MODELS
 
-    if configuration not in CONFIGURATIONS:
-        raise ValueError(f"unknown configuration {configuration!r}; known: {', '.join(CONFIGURATIONS)}")
+    unknown = [c for c in configurations if c not in CONFIGURATIONS]
+    if unknown or not configurations:
+        raise ValueError(f"unknown configuration {', '.join(unknown) or '(none)'}; known: {', '.join(CONFIGURATIONS)}")
     if not multiples or min(multiples) < 1:
         raise ValueError(f"lengths {list(multiples)}: a length under one window of L (design time extends it)")
     entry = PRETRAINED_MODELS.get(str(model))
@@ -127,8 +130,8 @@ def report(
     else:
         folder = local_folder(Path(str(model)))
     config = load_config(folder)
-    chosen = CONFIGURATIONS[configuration]
-    check_config(config, chosen)  # no rotary embedding, or several bases: one line, before any weight
+    for name in configurations:
+        check_config(config, CONFIGURATIONS[name])  # no rotary embedding, or several bases: before any weight
     L = entry.context if entry is not None else config.max_position_embeddings
     N = pass_len or L
     if not 3 <= N <= L:
@@ -136,24 +139,26 @@ def report(
     lengths = sorted({int(round(m * L)) for m in multiples})
     start = time.perf_counter()
     loaded = fetch.load(entry) if entry is not None else load_pretrained(folder).eval()
-    check_applies(loaded, chosen)
+    for name in configurations:
+        check_applies(loaded, CONFIGURATIONS[name])
     corr = correlations(loaded, text_windows(load_tokenizer(folder), N, windows), L)
-    passed = time.perf_counter()
-    results = design_time(loaded, corr, chosen, L, lengths)
-    done = time.perf_counter()
-    head = "layer " + " ".join(f"{'R(' + str(T) + ')':>11} {'no sink':>9}" for T in lengths)
-    rows = [head]
-    for layer in range(corr.layers):
-        cells = (f"{results[T]['r'][layer]:11.4g} {results[T]['r_sink_free'][layer]:9.4g}" for T in lengths)
-        rows.append(f"{layer:5d} " + " ".join(cells))
-    means = (f"{results[T]['r'].mean():11.4g} {results[T]['r_sink_free'].mean():9.4g}" for T in lengths)
-    rows.append(" mean " + " ".join(means))
-    return "\n".join(
-        [
-            f"design-time R of {folder.name} under {configuration} (L = {L}; mean-scores, boundary zero), from "
-            f"{windows} pass(es) of {N} tokens as trained: load and pass {passed - start:.1f} s, "
-            f"design {done - passed:.2f} s",
-            *rows,
-            dt.APPROXIMATE,
-        ]
-    )
+    lines = [
+        f"design-time R of {folder.name} (L = {L}; mean-scores, boundary zero; 'no sink': without the "
+        f"first-token entries) from {windows} pass(es) of {N} tokens as trained: "
+        f"load and pass {time.perf_counter() - start:.1f} s"
+    ]
+    for name in configurations:
+        begun = time.perf_counter()
+        results = design_time(loaded, corr, CONFIGURATIONS[name], L, lengths)
+        lines.append(f"{name}: design {time.perf_counter() - begun:.2f} s")
+        for T in lengths:
+            changed = name != "as-trained" and not (CONFIGURATIONS[name].same_as_trained_up_to_L and T <= L)
+            what = dt.approximations(form(loaded, CONFIGURATIONS[name], L, T), T, N, changed)
+            lines.append(f"  approximate at T = {T}: " + "; ".join(what))
+        lines.append("layer " + " ".join(f"{'R(' + str(T) + ')':>11} {'no sink':>9}" for T in lengths))
+        for layer in range(corr.layers):
+            cells = (f"{results[T]['r'][layer]:11.4g} {results[T]['r_sink_free'][layer]:9.4g}" for T in lengths)
+            lines.append(f"{layer:5d} " + " ".join(cells))
+        means = (f"{results[T]['r'].mean():11.4g} {results[T]['r_sink_free'].mean():9.4g}" for T in lengths)
+        lines.append(" mean " + " ".join(means))
+    return "\n".join(lines)

@@ -300,3 +300,41 @@ def test_a_folder_in_the_model_cache_named_by_path_sweeps_dead_processes_debris(
     assert local_folder(model) == model
     assert not dead.exists() and not downloads.exists() and live.is_dir()
     assert local_folder(llama_folder) == llama_folder  # outside the cache: nothing is swept there
+
+
+@pytest.mark.parametrize("bos", ["none", "first"])
+def test_measure_hf_takes_a_registry_name(llama_folder, monkeypatch, capsys, bos):
+    """Issue 44 #9: `measure-hf --model smollm2-135m-instruct --json` said "model folder … does not exist"
+    with the converted model present. A registry name (here a tiny stand-in) is its verified folder, its
+    context as L, its BOS policy and its name as the run's."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from attnres_helpers.hf import fetch, models, pretrained
+
+    entry = dataclasses.replace(models.SMOLLM2, name="tiny-registry", context=16, bos=bos)
+    monkeypatch.setitem(models.PRETRAINED_MODELS, entry.name, entry)
+    verified = []
+    monkeypatch.setattr(fetch, "verify", lambda e: verified.append(e.name) or llama_folder)
+    monkeypatch.setattr(pretrained, "load_tokenizer", lambda folder: SimpleNamespace(bos_token_id=7))
+    cli_main(["measure-hf", "--model", entry.name, "--json", "--lengths", "1,2", "--windows", "1"])
+    recs = json.loads(capsys.readouterr().out)
+    assert verified == [entry.name]
+    assert {r["run"] for r in recs} == {entry.name} and {r["eval_len"] for r in recs} == {16, 32}
+    assert {(r["train_len"], r["bos"], r["bos_id"]) for r in recs} == {(16, bos, 7 if bos == "first" else None)}
+    model = tiny_llama()
+    ids = pretrained.held_out_ids(model)
+    meta = {"encoding": "rope", "train_len": 16, "seed": 0, "model": entry.name, "architecture": "llama"}
+    profiles, _ = pretrained.measure_store(
+        model,
+        entry.name,
+        meta | {"bos": bos, "bos_id": 7 if bos == "first" else None},
+        [16, 32],
+        n_windows=1,
+        progress=False,
+        ids=ids,
+        bos=7 if bos == "first" else None,
+    )
+    from attnres_helpers.store import records
+
+    assert json.loads(json.dumps(records(profiles))) == recs  # the same measurement, BOS first where the policy says

@@ -286,13 +286,27 @@ def measure_pretrained(
 ) -> list[dict]:
     """Records (:func:`attnres_helpers.store.records`) of a pretrained causal LM at ``k × L`` for k in
     ``multiples`` (L = ``train_len``, or the context in its config), with BCA at ``bca_multiples``.
-    Every argument is checked before the model is loaded or anything is measured."""
+    ``name_or_path``: a registry name (:mod:`.models`: its converted folder, verified, its context as L and
+    its BOS policy, the run named as the registry names it), a model folder or a hub name. Every argument
+    is checked before the model is loaded or anything is measured."""
     from ..store import records
+    from .models import PRETRAINED_MODELS
 
-    L, Ts, bca_Ts = _planned(name_or_path, multiples, bca_multiples, n_windows, method, train_len)
-    model, ids, meta = _loaded(name_or_path, str(name_or_path), L, Ts, n_windows)
-    run = Path(str(name_or_path)).name or str(name_or_path).replace("/", "--")
-    return records(measure_store(model, run, meta, Ts, bca_Ts, n_windows, None, method, progress, ids)[0])
+    entry = PRETRAINED_MODELS.get(str(name_or_path))
+    if entry is not None:
+        from . import fetch
+
+        folder, run = fetch.verify(entry), entry.name
+        train_len = train_len or entry.context
+    else:
+        folder, run = name_or_path, Path(str(name_or_path)).name or str(name_or_path).replace("/", "--")
+    L, Ts, bca_Ts = _planned(folder, multiples, bca_multiples, n_windows, method, train_len)
+    model, ids, meta = _loaded(folder, run if entry is not None else str(name_or_path), L, Ts, n_windows)
+    bos = None
+    if entry is not None:  # the registry's BOS policy, recorded as a store records it
+        bos = load_tokenizer(folder).bos_token_id if entry.bos == "first" else None
+        meta |= {"bos": entry.bos, "bos_id": bos}
+    return records(measure_store(model, run, meta, Ts, bca_Ts, n_windows, None, method, progress, ids, bos)[0])
 
 
 def _loaded(folder, name: str, L: int, Ts: Sequence[int], n_windows: int) -> tuple:

@@ -144,3 +144,103 @@ def controls(store: ConfiguredStore, names: list[str]) -> list[dict]:
                 }
             )
     return rows
+
+
+# ------------------------------------------------------------------------------------------ plan v4
+
+KIND_COLOURS = {"as-trained": "black", "rescaled": "tab:blue", "remapped": "tab:green", "masked": "tab:orange"}
+KIND_COLOURS["windowed"] = "tab:purple"
+V4_OUTCOME_LABELS = {
+    "NLL rise": "NLL past L − NLL before L (nats)",
+    "near past L": "near retrieval, query past L",
+    "far": "far retrieval (d > L)",
+}
+
+
+def kinds_figure(summary: dict[str, dict[str, Estimate]], kinds: dict[str, str], predictor: str = "R(2L)") -> Figure:
+    """``predictor`` against each plan-v4 outcome, one point per configuration coloured by its kind,
+    window-bootstrap 95% intervals on both axes; R on a log axis."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharex=True)
+    for ax, outcome in zip(axes, V4_OUTCOME_LABELS):
+        for name, row in summary.items():
+            x, y = row[predictor], row[outcome]
+            ax.errorbar(
+                x.value,
+                y.value,
+                xerr=[[x.value - x.low], [x.high - x.value]],
+                yerr=[[y.value - y.low], [y.high - y.value]],
+                fmt="o",
+                color=KIND_COLOURS[kinds[name]],
+                ms=6,
+                capsize=2,
+            )
+            ax.annotate(name, (x.value, y.value), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.set_ylabel(V4_OUTCOME_LABELS[outcome])
+        ax.set_xlabel(f"layer-mean {predictor}")
+        ax.grid(alpha=0.3)
+        if outcome != "NLL rise":
+            ax.set_ylim(-0.05, 1.05)
+    if all(row[predictor].low > 0 for row in summary.values()):
+        axes[0].set_xscale("log")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in KIND_COLOURS.items()]
+    axes[-1].legend(handles=handles, fontsize=8, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def stored_layers_figure(store: ConfiguredStore, names: list[str], kinds: dict[str, str]) -> Figure:
+    """R per layer at 2L from each configuration's stored window-mean ŝ, with the sink (left) and without
+    the first-token entries (right), coloured by kind, on a log axis."""
+    T = 2 * store.train_len
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, sink in zip(axes, (True, False)):
+        for name in names:
+            r = store.entry(name, T).profile().layer_resolutions(sink=sink).numpy()
+            ax.plot(r, color=KIND_COLOURS[kinds[name]], lw=1, alpha=0.8)
+        ax.set_yscale("log")
+        ax.set_xlabel("layer")
+        ax.set_title("with the sink" if sink else "without the first-token entries", fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("R(2L) of the stored window-mean ŝ")
+    handles = [plt.Line2D([], [], color=c, label=k) for k, c in KIND_COLOURS.items()]
+    axes[1].legend(handles=handles, fontsize=8, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def sink_plateau_figure(store: ConfiguredStore, names: list[str], layer: int) -> Figure:
+    """One layer's stored ŝ at 2L against distance for a few configurations, with (solid) and without
+    (dashed) the first-token entries, and softmax(ŝ)'s weight beyond L: where a mask leaves only the
+    sink pairs past some distance, ŝ there is the sink's score, and its plateau takes the weight."""
+    from .metric import sink_free_scores
+
+    T = 2 * store.train_len
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    colours = plt.get_cmap("tab10")
+    n = np.arange(T)
+    for i, name in enumerate(names):
+        p = store.entry(name, T).profile()
+        s = p.s_hat[layer, 0].double()
+        free = sink_free_scores(s, p.key0[layer, 0].double(), p.pair_counts())
+        axes[0].plot(n, s.numpy(), color=colours(i), lw=1, label=name)
+        axes[0].plot(n, free.numpy(), color=colours(i), lw=1, ls="--")
+        weight = softmax_weight_beyond(s.numpy())
+        axes[1].plot(n, weight, color=colours(i), lw=1, label=name)
+    axes[0].set_xlabel("distance n")
+    axes[0].set_ylabel(f"ŝ[n], layer {layer} (dashed: without the first-token entries)")
+    axes[1].set_xlabel("distance n")
+    axes[1].set_ylabel("softmax(ŝ) weight at distances ≥ n")
+    for ax in axes:
+        ax.axvline(store.train_len, color="0.4", ls=":", lw=1)
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def softmax_weight_beyond(s: np.ndarray) -> np.ndarray:
+    """softmax(s) summed from each index to the end (masked distances, -inf, weigh 0)."""
+    finite = np.isfinite(s)
+    w = np.where(finite, np.exp(np.where(finite, s, -np.inf) - np.nanmax(np.where(finite, s, np.nan))), 0.0)
+    w = w / w.sum()
+    return w[::-1].cumsum()[::-1]

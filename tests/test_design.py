@@ -15,6 +15,7 @@ LAYERS = [
     {
         "paths",
         "files",
+        "torchrun",
         "metric",
         "model",
         "encoding_registry",

@@ -106,20 +106,25 @@ def test_a_tampered_converted_folder_is_refused(tmp_path, model):
         fetch.verify(SMOLLM2, tmp_path / "absent")
 
 
-@pytest.mark.parametrize("name", list(CONFIGURATIONS))
-def test_each_configuration_attends_as_its_definition_says_at_256(model, name):
-    """SmolLM2 under every training-free configuration (sizes from L = 128, so masks and remaps bite at
-    T = 256): logits and every layer's attention probabilities against the full-matrix reference written
-    from the method's definition (tests/helpers.py), and ŝ by FFT against the merged scores' diagonal means."""
+ONE_OF_EACH = ("as-trained", "yarn-2", "ntk-2", "self-extend-8-8", "leaky-rerope-4-16", "bca-sink", "lm-infinite")
+
+
+@pytest.mark.parametrize("name", ONE_OF_EACH)
+def test_a_configuration_of_each_kind_attends_as_its_definition_says(model, name):
+    """SmolLM2 under one configuration of each kind and rule (sizes from L = 64, so masks and remaps bite
+    at T = 128; every configuration is checked the same way on a tiny Llama at T = 256 in
+    tests/test_configured_attention.py, and the float64 reference costs about 0.1 s a layer here): logits
+    and every layer's attention probabilities against the full-matrix reference written from the method's
+    definition (tests/helpers.py), and ŝ by FFT against the merged scores' diagonal means."""
     from helpers import reference_run
 
     from attnres_helpers.hf import configured_attention as ca
 
-    ids = held_out_ids(model)[None, :256]
+    ids = held_out_ids(model)[None, :128]
     layers = []
-    with applied(model, CONFIGURATIONS[name], 128), ca.capturing(layers.append):
+    with applied(model, CONFIGURATIONS[name], 64), ca.capturing(layers.append):
         logits = model(input_ids=ids, use_cache=False).logits
-    ref_logits, ref_layers = reference_run(model, ids, CONFIGURATIONS[name], 128)
+    ref_logits, ref_layers = reference_run(model, ids, CONFIGURATIONS[name], 64)
     torch.testing.assert_close(logits.double(), ref_logits.double(), atol=5e-4, rtol=0)
     for layer, ref in zip(layers, ref_layers, strict=True):
         scores = layer.scores().double()
@@ -216,3 +221,25 @@ def test_the_configurations_command_refuses_bad_input_in_one_line_before_any_wor
         lines = result.stderr.strip().splitlines()
         assert result.returncode != 0 and message in result.stderr and len(lines) == 1, result.stderr
     assert text.read_text() == "mine" and not (tmp_path / "w").exists()
+
+
+def test_under_torchrun_each_rank_measures_its_share_and_rank_0_writes_the_store(tiny_llama_folder, tmp_path):
+    """torchrun --nproc-per-node 2: the two jobs of yarn-2 (at L and 2L) are measured one by each rank,
+    and rank 0 alone builds the store after the barrier: the same store a single process builds."""
+    import subprocess
+    import sys
+
+    work, store = tmp_path / "work", tmp_path / "s.safetensors"
+    args = ["configurations", "--model", str(tiny_llama_folder), "--only", "yarn-2", "--windows", "1"]
+    args += ["--work", str(work), "--store", str(store), "--quiet", "--threads", "1"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    done = subprocess.run([*launcher, "-m", "attnres_helpers", *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    locks = sorted(p.name for p in work.iterdir() if p.name.startswith("measuring"))
+    assert locks == ["measuring-0of2.lock", "measuring-1of2.lock"]  # one writer of window files per rank
+    assert sorted(p.relative_to(work).as_posix() for p in work.glob("*/*/*.safetensors")) == [
+        "yarn-2/1024/window-0.safetensors",
+        "yarn-2/2048/window-0.safetensors",
+    ]
+    loaded = configured_store.load(store)
+    assert [(e.configuration, e.T) for e in loaded.entries.values()] == [("yarn-2", 1024), ("yarn-2", 2048)]

@@ -10,8 +10,7 @@ holds the same tensors as a single-process run (tested on two CPU ranks). Everyt
 from __future__ import annotations
 
 import os
-from contextlib import ExitStack, contextmanager
-from datetime import timedelta
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -19,23 +18,9 @@ from tqdm.auto import tqdm
 
 from .. import files
 from ..store import Profile, as_stored, average_heads, save_profiles
+from ..torchrun import distributed_rank, process_group
 from . import runner  # everything goes through runner's names, so that a test's patch of them holds here too
 from .specs import Dataset, RunSpec
-
-
-def distributed_rank() -> tuple[int, int, int] | None:
-    """(rank, world size, local rank) when this process was started by torchrun (RANK and WORLD_SIZE in
-    its environment), else None."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    try:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local = int(os.environ.get("LOCAL_RANK", rank))
-    except ValueError:
-        raise ValueError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (as torchrun sets them)") from None
-    if not 0 <= rank < world:
-        raise ValueError(f"RANK must be in [0, WORLD_SIZE), got RANK={rank}, WORLD_SIZE={world}")
-    return rank, world, local
 
 
 def part_path(store: Path, rank: int, world: int) -> Path:
@@ -94,7 +79,7 @@ def run_datasets_distributed(
     rank, world, local = env
     runner._die_with_parent(os.getppid())  # each rank dies with torchrun's agent, as pool workers die with their parent
     runner._check_inputs(datasets, _rank_device(device, local))
-    with _process_group(), ExitStack() as held:
+    with process_group(), ExitStack() as held:
         if rank == 0:  # rank 0 holds every store's lock from the first merge to the last: the one writer
             held.enter_context(runner._locks([Path(ds.store) for ds in datasets]))
         return _distributed(datasets, device, progress, finished_only, env)
@@ -140,24 +125,6 @@ def _rank_device(device: str, local: int) -> str:
     return f"cuda:{local}" if str(device) == "cuda" else device
 
 
-BARRIER_TIMEOUT = timedelta(days=7)  # a rank that finishes its share early waits at the barrier for the slowest
-
-
-@contextmanager
-def _process_group():
-    """torch.distributed's gloo group from torchrun's environment, for the block (if none is open yet)."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        yield
-        return
-    dist.init_process_group("gloo", timeout=BARRIER_TIMEOUT)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def run_family_v2_distributed(
     dataset: Dataset, first: list[RunSpec], device: str, progress: bool, measure_only: bool, runs_root: Path
 ) -> list[Profile] | None:
@@ -173,7 +140,7 @@ def run_family_v2_distributed(
         )
     rank, world, local = env
     runner._check_inputs([dataset], _rank_device(device, local))
-    with _process_group(), ExitStack() as held:
+    with process_group(), ExitStack() as held:
         if rank == 0:  # the store's lock from the first training step to the last write
             held.enter_context(files.exclusive(dataset.store))
         for spec in first[rank::world]:

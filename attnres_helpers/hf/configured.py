@@ -179,10 +179,12 @@ def measure_configurations(
     n_windows: int = N_WINDOWS,
     log=None,
     progress: bool = True,
+    share: tuple[int, int] = (0, 1),
 ) -> int:
     """Measure every job of :func:`plan_jobs` not yet in ``folder``; returns how many were measured.
     Every configuration is checked against the model, every setting against the files, and every
-    window laid out, before the first forward pass."""
+    window laid out, before the first forward pass. ``share`` (rank, world): this process measures
+    every world-th job still to do from its rank on (torchrun's ranks; each job is its own file)."""
     jobs = plan_jobs(train_len, configurations, n_windows)
     for name in {name for name, _, _ in jobs}:
         check_applies(model, CONFIGURATIONS[name])
@@ -201,6 +203,7 @@ def measure_configurations(
         settings = job_settings(CONFIGURATIONS[name], T, train_len, w, n_windows, model_id, theta, head_dim)
         if not _done(job_path(folder, name, T, w), settings):
             todo.append((name, T, w, settings))
+    todo = todo[share[0] :: share[1]]
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="configurations", disable=not progress)
     for name, T, w, settings in todo:
         out = measure_window(model, layouts[(T, w)], CONFIGURATIONS[name], train_len)
@@ -233,10 +236,12 @@ def measure_and_build(
     under ``configurations`` (default: all), measured into ``work`` (default
     ``runs/configurations-v4/<model>``) unless ``build_only``, then the store built from every finished
     window (default SmolLM2's shipped v4 store, else ``<work>/store.safetensors``). The store's kind and
-    every configuration against the model's config are checked before any weight is read."""
+    every configuration against the model's config are checked before any weight is read. Under torchrun
+    each rank measures its share of the jobs and rank 0 alone builds the store, after a barrier."""
     from ..configured_store import build, is_configured_store
     from ..files import exclusive, folder_fingerprint, sums_fingerprint
     from ..paths import CONFIGURATIONS_RUNS, CONFIGURATIONS_V4_STORE
+    from ..torchrun import distributed_rank, process_group
     from .configurations import check_config
     from .folders import load_config, load_pretrained, local_folder
     from .models import PRETRAINED_MODELS, SMOLLM2
@@ -268,10 +273,23 @@ def measure_and_build(
         else:
             loaded, model_id = load_pretrained(folder), f"{folder.name}@{folder_fingerprint(folder)}"
         train_len = entry.context if entry is not None else config.max_position_embeddings
-        with exclusive(work / "measuring"), open(log, "a") if log else contextlib.nullcontext() as out:
+        ranked = distributed_rank()  # under torchrun: each rank its share of the jobs, rank 0 the one writer
+        rank, world = (0, 1) if ranked is None else ranked[:2]
+        with (
+            exclusive(work / f"measuring-{rank}of{world}"),
+            open(log, "a") if log else contextlib.nullcontext() as out,
+            process_group() if ranked else contextlib.nullcontext(),
+        ):
+            tokenizer = load_tokenizer(folder)
             measure_configurations(
-                loaded, load_tokenizer(folder), work, model_id, train_len, chosen, n_windows, out, progress
+                loaded, tokenizer, work, model_id, train_len, chosen, n_windows, out, progress, (rank, world)
             )
+            if ranked:
+                import torch.distributed as dist
+
+                dist.barrier()
+        if rank != 0:
+            return store
     known = {
         c.name: {"label": c.label, "kind": c.kind, "same_as_trained_up_to_L": c.same_as_trained_up_to_L}
         for c in CONFIGURATIONS.values()

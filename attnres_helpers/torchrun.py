@@ -1,0 +1,45 @@
+"""Where torchrun started this process: its rank and world, and torch.distributed's gloo group.
+
+Used by every command that shares its jobs between torchrun's ranks (``family-v2 --distributed``,
+``configurations``); without torchrun's environment a process is rank 0 of 1 and opens no group.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+
+def distributed_rank() -> tuple[int, int, int] | None:
+    """(rank, world size, local rank) when this process was started by torchrun (RANK and WORLD_SIZE in
+    its environment), else None."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_RANK", rank))
+    except ValueError:
+        raise ValueError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (as torchrun sets them)") from None
+    if not 0 <= rank < world:
+        raise ValueError(f"RANK must be in [0, WORLD_SIZE), got RANK={rank}, WORLD_SIZE={world}")
+    return rank, world, local
+
+
+BARRIER_TIMEOUT = timedelta(days=7)  # a rank that finishes its share early waits at the barrier for the slowest
+
+
+@contextmanager
+def process_group() -> Iterator[None]:
+    """torch.distributed's gloo group from torchrun's environment, for the block (if none is open yet)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", timeout=BARRIER_TIMEOUT)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

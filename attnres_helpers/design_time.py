@@ -244,6 +244,15 @@ def approximations(form: Form, T: int, N: int, changed: bool) -> list[str]:
     return out or ["nothing: the measured pass itself"]
 
 
+def _content_times_phase(measured: torch.Tensor, m: int, far: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
+    """Re Σ_f C_f(n) · Φ_f(n), (layers, T) float64: C the measured (layers, F, ·) at n < m, the far value
+    (layers, F) from m on; Φ (F, T)."""
+    out = torch.empty(measured.shape[0], phase.shape[-1], dtype=torch.float64)
+    out[:, :m] = (measured[..., :m] * phase[:, :m]).real.sum(1)
+    out[:, m:] = (far.to(phase.dtype) @ phase[:, m:]).real
+    return out
+
+
 def design_s_hat(corr: Correlations, form: Form, T: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Design-time ŝ (layers, T) float64 with and without the first-token entries (-inf where no pair
     is left). C_f(n) past the measured distances is its far value (plan v4's rule)."""
@@ -251,14 +260,10 @@ def design_s_hat(corr: Correlations, form: Form, T: int) -> tuple[torch.Tensor, 
         raise ValueError(f"T must be at least 2, got {T}")
     N, layers = corr.length, corr.layers
     n = torch.arange(T)
-    measured = min(T, N - 1)  # bulk distances the pass has pairs at
-    content = corr.far()[:, :, None].expand(-1, -1, T).clone()  # (layers, F, T)
-    content[..., :measured] = corr.bulk[..., :measured]
     far_first = corr.far_first()  # (layers, J, F)
-    key0 = far_first[:, 0, :, None].expand(-1, -1, T).clone()
-    key0[..., : min(T, N)] = corr.key0[..., : min(T, N)]
-    bulk_mean = corr.scaling * (content * bulk_phase(form, T)).real.sum(1)  # (layers, T)
-    key0_score = corr.scaling * (key0 * pair_phase(form, n, torch.zeros_like(n), T)).real.sum(1)
+    bulk_mean = corr.scaling * _content_times_phase(corr.bulk, min(T, N - 1), corr.far(), bulk_phase(form, T))
+    key0_phase = pair_phase(form, n, torch.zeros_like(n), T)
+    key0_score = corr.scaling * _content_times_phase(corr.key0, min(T, N), far_first[:, 0], key0_phase)
 
     base = Mask(form.mask.kind, form.mask.size)
     base_key0 = base.allowed_pairs(n, torch.zeros_like(n)).double()

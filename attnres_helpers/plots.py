@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .encodings import resolution_pair, score_curve
 from .files import atomic_write
@@ -505,6 +506,8 @@ def plot_mask(
         ax.axhline(edge - 0.5, color="C3", linewidth=0.8)
         ax.axvline(edge - 0.5, color="C3", linewidth=0.8)
     ax.set(xlabel="key j", ylabel="query i", title=title)
+    for axis in (ax.xaxis, ax.yaxis):  # positions are integers: no tick at 2.5, 7.5, ...
+        axis.set_major_locator(MaxNLocator(integer=True))
     return ax
 
 

@@ -10,6 +10,11 @@ committed notebook it was copied from, and of the copy as made). On every start:
 - a copy whose notebook no longer exists is left alone (it is the reader's), and so is a copy that is a link
   or not a file (one line says so);
 - a killed start's temporaries are removed, another start's that is still running kept.
+Inside the lab every link leads to the copies, never to a tracked notebook: each copy's links to the glossary
+(``../GLOSSARY.md#...``) lead to ``reading/GLOSSARY.md``, and ``reading/README.md`` and ``reading/GLOSSARY.md``
+are the repository's README and glossary with their links to ``notebooks/`` made links to the copies beside
+them (every other relative link, to ``data/`` or ``DESIGN.md``, made one folder up). Those two are the lab's
+guides, made again whenever the README or the glossary changes; a first line in each says so.
 Writes are atomic: a killed start leaves the old copy or the new one, never half of one. A user error (a
 mistyped ``--root``, ``reading`` not a folder) or a failed write (a read-only folder, a full disk) is one
 line on stderr and status 1.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -74,12 +80,46 @@ def refresh(root: Path, reset: tuple[str, ...] = ()) -> list[str]:
                     f"python scripts/reading_copies.py --reset {name}"
                 )
                 continue
-        data = source.read_bytes()
+        data = source.read_bytes().replace(b"](../GLOSSARY.md", b"](GLOSSARY.md")  # the guide beside the copies
         atomic_write(copy, lambda tmp, data=data: tmp.write_bytes(data))
         record[name] = {"source": source_hash, "copy": hashlib.sha256(data).hexdigest()}
         lines.append(f"{'replaced' if name in reset else 'copied'} notebooks/{name} -> reading/{name}")
     write_text_atomic(record_path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    for name in GUIDES:
+        if (root / name).is_file():
+            guide = guide_text(name, (root / name).read_text(encoding="utf-8"))
+            target = reading / name
+            if target.is_symlink() or not target.is_file() or target.read_text(encoding="utf-8") != guide:
+                if target.is_symlink():
+                    target.unlink()
+                write_text_atomic(target, guide)
+                lines.append(f"made reading/{name} from {name}, its links leading to your copies")
     return lines
+
+
+GUIDES = ("README.md", "GLOSSARY.md")  # made in reading/, their links to notebooks/ led to the copies
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def guide_text(name: str, text: str) -> str:
+    """``name``'s text as ``reading/name``: a link to ``notebooks/X`` becomes ``X`` (the copy beside it), a link to
+    the other guide stays as it is, any other relative link goes one folder up; a first line says what it is."""
+
+    def relink(match: re.Match) -> str:
+        target = match.group(1)
+        if re.match(r"[a-z][a-z0-9+.-]*:|#|/", target):  # http:, mailto:, an anchor, an absolute path
+            return match.group(0)
+        if target.startswith("notebooks/"):
+            return f"]({target.removeprefix('notebooks/')})"
+        if target.split("#")[0] in GUIDES:
+            return match.group(0)
+        return f"](../{target})"
+
+    note = (
+        f"<!-- Made by make lab (scripts/reading_copies.py) from ../{name}, with its links leading to your copies "
+        "of the notebooks; edits here are replaced when it changes. -->\n"
+    )
+    return note + _LINK.sub(relink, text)
 
 
 class UserError(Exception):

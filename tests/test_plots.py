@@ -18,6 +18,7 @@ from attnres_helpers.plots import (  # noqa: E402
     layer_resolution_figure,
     layer_weights_figure,
     plot_layer_softmax,
+    plot_mask,
     plot_measured_profiles,
     plot_stat_bars,
     plot_training_losses,
@@ -270,3 +271,19 @@ def test_saved_png_has_the_same_bytes_on_every_write_and_under_any_session_setti
         other = save_png_atomic(fig, tmp_path / "c.png")
     plt.close(fig)
     assert other.read_bytes() == first.read_bytes()
+
+
+def test_mask_panels_label_positions_as_integers():
+    """Notebook 04's mask panels (three in a row, T = 16 and 32): ticks only at whole positions (at that size
+    matplotlib's default put them at 2.5, 7.5, ...)."""
+    from attnres_helpers.model import blockwise_causal_mask
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.3))
+    for ax, T in zip(axes, (16, 16, 32)):
+        plot_mask(blockwise_causal_mask(T, 4), ax=ax, block=4)
+    fig.canvas.draw()
+    for ax, T in zip(axes, (16, 16, 32)):
+        for ticks in (ax.get_xticks(), ax.get_yticks()):
+            shown = [t for t in ticks if -0.5 <= t <= T - 0.5]
+            assert shown and all(float(t).is_integer() for t in shown), ticks
+    plt.close(fig)

@@ -145,3 +145,29 @@ def test_a_copy_that_is_a_link_is_kept_and_said(repo, capsys):
         "python scripts/reading_copies.py --reset 01_a.ipynb"
     ]
     assert (repo / "reading" / "01_a.ipynb").is_symlink() and (repo / "mine.ipynb").read_text() == "my notebook"
+
+
+def test_inside_the_lab_every_link_leads_to_the_copies(repo):
+    """reading/README.md and reading/GLOSSARY.md link the copies beside them, not notebooks/; the copies link
+    reading/GLOSSARY.md; every other relative link goes one folder up (issue 42: README links in the lab)."""
+    (repo / "README.md").write_text(
+        "[01](notebooks/01_a.ipynb) [sink](GLOSSARY.md#sink) ![f](data/figures/x.png) [d](DESIGN.md) "
+        "[web](https://example.org/a) [here](#two-commands)\n"
+    )
+    (repo / "GLOSSARY.md").write_text("[notebook 02](notebooks/02_b.ipynb) [conventions](README.md#conventions)\n")
+    (repo / "notebooks" / "01_a.ipynb").write_text('{"cells": ["[sink](../GLOSSARY.md#sink)"]}')
+    lines = reading_copies.refresh(repo)
+    assert lines[-2:] == [f"made reading/{n} from {n}, its links leading to your copies" for n in reading_copies.GUIDES]
+    readme = (repo / "reading" / "README.md").read_text().splitlines()
+    assert readme[0].startswith("<!-- Made by make lab")
+    assert readme[1] == (
+        "[01](01_a.ipynb) [sink](GLOSSARY.md#sink) ![f](../data/figures/x.png) [d](../DESIGN.md) "
+        "[web](https://example.org/a) [here](#two-commands)"
+    )
+    glossary = (repo / "reading" / "GLOSSARY.md").read_text().splitlines()[1]
+    assert glossary == "[notebook 02](02_b.ipynb) [conventions](README.md#conventions)"
+    assert (repo / "reading" / "01_a.ipynb").read_text() == '{"cells": ["[sink](GLOSSARY.md#sink)"]}'
+    assert reading_copies.refresh(repo) == []  # nothing changed: nothing made again
+    (repo / "README.md").write_text("[02](notebooks/02_b.ipynb)\n")  # a pull changes the README
+    assert reading_copies.refresh(repo) == ["made reading/README.md from README.md, its links leading to your copies"]
+    assert (repo / "reading" / "README.md").read_text().splitlines()[1] == "[02](02_b.ipynb)"

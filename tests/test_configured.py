@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import re
 import zlib
 from itertools import permutations
@@ -414,9 +415,11 @@ def test_build_only_writes_only_a_configurations_store(tmp_path, toy_model, cli)
     text.write_text("mine")
     folder = tmp_path / "a-folder"
     folder.mkdir()
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)  # never opened: it would block
     before = {p: p.read_bytes() for p in (ordinary, sinks, text)}
     base = ["configurations", "--model", str(toy_model), "--work", str(tmp_path / "w"), "--build-only", "--quiet"]
-    for store in (ordinary, sinks, text, folder):
+    for store in (ordinary, sinks, text, folder, pipe):
         result = cli(*base, "--store", str(store))
         assert result.returncode == 1 and result.stderr.splitlines() == [
             f"error: {store} is not a configurations store; give another --store (nothing was written)"

@@ -242,7 +242,7 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
             f"no configuration under {folder} has its window-0 file (found {len(files)} other window files, "
             f"e.g. {files[0]}): a store is built from windows 0 … n − 1; measure again to redo window 0"
         )
-    for prefix, (info, old) in _kept_from(store, entries, common).items():
+    for prefix, (info, old) in _kept_from(store, entries, common, folder).items():
         entries[prefix] = info
         tensors.update(old)
     about = {
@@ -257,10 +257,12 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
     return store
 
 
-def _kept_from(store: Path, entries: dict, common: dict) -> dict[str, tuple[dict, dict]]:
+def _kept_from(store: Path, entries: dict, common: dict, folder: Path) -> dict[str, tuple[dict, dict]]:
     """Entries of an existing ``store`` with more windows than the window files now give (files lost,
     a cache cleared): a store never loses measured windows by being built again. A store measured with
-    other settings is refused, naming the fields."""
+    other settings, or an entry kept beside window files of it measured with other settings (its mask,
+    positions, kind), is refused, naming the fields: an entry is never kept as measured under settings
+    it was not measured with."""
     if not store.is_file() or not is_configured_store(store):
         return {}
     load(store)  # a malformed store is refused, naming the field, before any of it is kept
@@ -270,6 +272,17 @@ def _kept_from(store: Path, entries: dict, common: dict) -> dict[str, tuple[dict
         for prefix, info in about["entries"].items():
             if prefix in entries and entries[prefix]["windows"] >= info["windows"]:
                 continue
+            if prefix in entries:  # fewer windows now: the stored ones only if measured alike
+                new = entries[prefix]
+                differ = sorted(k for k in {*info, *new} - {"windows"} if info.get(k) != new.get(k))
+                if differ:
+                    had, now = info["windows"], new["windows"]
+                    raise ValueError(
+                        f"{store} holds {prefix} from {had} windows measured with other settings "
+                        f"({', '.join(differ)}) than the {now} window file{'' if now == 1 else 's'} of it under "
+                        f"{folder}: measure its windows {now} … {had - 1} too, or move the store away to build it "
+                        "from the window files alone"
+                    )
             kept[prefix] = (info, {n: f.get_tensor(n) for n in f.keys() if n.startswith(prefix + "/")})
     differ = sorted(k for k in common if about.get(k) != common[k])
     if kept and differ:

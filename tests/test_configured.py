@@ -490,3 +490,23 @@ def test_more_windows_than_the_work_folder_was_measured_with_names_the_folder_on
         str(err.value)
         == f"window file {path} was measured with other settings (rope); clear {work / 'pi-2'} to measure pi-2 again"
     )
+
+
+def test_a_stored_entry_of_other_settings_is_not_kept_as_measured(store, tmp_path):
+    """Issue 44 #19 (round 4's leftover): bca at 2L was kept from the store (3 windows, blocks of 512) after its
+    window files were cleared and 1 window measured again with blocks of 256: the store then said bca held 3
+    windows of the new settings. Refused in one line naming the store, the entry and the settings."""
+    folder = tmp_path / "w" / "bca" / str(2 * L)
+    for path in folder.glob("window-*.safetensors"):
+        path.unlink()
+    window_file(tmp_path / "w", "bca", 2 * L, 0, 0.05, False)
+    _window_changed(tmp_path / "w", lambda s, tr, t: s["mask"].update(size=256), "bca", 2 * L)
+    before = (tmp_path / "s.safetensors").read_bytes()
+    with pytest.raises(ValueError) as err:
+        cs.build(tmp_path / "w", tmp_path / "s.safetensors", KNOWN)
+    assert str(err.value) == (
+        f"{tmp_path / 's.safetensors'} holds bca/{2 * L} from 3 windows measured with other settings (mask) than "
+        f"the 1 window file of it under {tmp_path / 'w'}: measure its windows 1 … 2 too, or move the store away "
+        "to build it from the window files alone"
+    )
+    assert (tmp_path / "s.safetensors").read_bytes() == before

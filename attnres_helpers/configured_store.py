@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,14 +185,24 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
         raise FileNotFoundError(f"no window files under {folder}: run `python -m attnres_helpers configurations` first")
     groups: dict[tuple[str, int], dict[int, Path]] = {}
     for path in files:
-        groups.setdefault((path.parent.parent.name, int(path.parent.name)), {})[int(path.stem.split("-")[1])] = path
+        T, w = path.parent.name, path.stem.removeprefix("window-")
+        if not (re.fullmatch(r"[1-9][0-9]*", T) and re.fullmatch(r"0|[1-9][0-9]*", w)):
+            raise ValueError(
+                f"window file {path} is not named <configuration>/<T>/window-<w>.safetensors; move it away"
+            )
+        groups.setdefault((path.parent.parent.name, int(T)), {})[int(w)] = path
+    orphans = [f"{name}/{T}" for (name, T), by_window in sorted(groups.items()) if 0 not in by_window]
+    if orphans:  # their other windows would be left out silently (windows 0 … n − 1 enter)
+        raise FileNotFoundError(
+            f"{', '.join(orphans[:3])}{' …' if len(orphans) > 3 else ''} under {folder} "
+            f"{'has' if len(orphans) == 1 else f'({len(orphans)} of {len(groups)}) have'} window files but no "
+            "window-0 file, and a store is built from windows 0 … n − 1: measure again to redo window 0"
+        )
     tensors, entries, common = {}, {}, None
     for (name, T), by_window in sorted(groups.items()):
         n = 0
         while n in by_window:
             n += 1
-        if n == 0:
-            continue
         values, sums = [], None
         for w in range(n):
             settings, trials, raw = read_window_file(by_window[w])
@@ -237,11 +248,6 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
             for field in ("s_hat", "key0"):
                 codes, low, step = quantize(getattr(mean, field).float().mean(1))  # (layers, T): one head, the mean
                 tensors |= {f"{prefix}/{field}": codes, f"{prefix}/{field}.low": low, f"{prefix}/{field}.step": step}
-    if common is None:  # window files, but no configuration has its window 0
-        raise FileNotFoundError(
-            f"no configuration under {folder} has its window-0 file (found {len(files)} other window files, "
-            f"e.g. {files[0]}): a store is built from windows 0 … n − 1; measure again to redo window 0"
-        )
     for prefix, (info, old) in _kept_from(store, entries, common, folder).items():
         entries[prefix] = info
         tensors.update(old)

@@ -375,18 +375,28 @@ def test_windows_of_one_configuration_with_other_shapes_are_refused_naming_the_f
         cs.build(tmp_path, tmp_path / "s.safetensors", KNOWN)
 
 
-def test_window_files_without_any_window_0_are_one_clear_line(tmp_path):
-    """Issue 44 #8: window 0 of every configuration deleted to redo them was "'NoneType' object is not a mapping"."""
+def test_window_files_without_a_window_0_are_one_clear_line(tmp_path):
+    """Issue 44 #8: window 0 of every configuration deleted to redo them was "'NoneType' object is not a
+    mapping"; one configuration's deleted left it out of the store silently. One line naming them."""
     for w in range(2):
         window_file(tmp_path, "as-trained", L, w, 0.5, True)
         window_file(tmp_path, "pi-2", 2 * L, w, 0.5, True)
-    for path in tmp_path.glob("*/*/window-0.safetensors"):
-        path.unlink()
-    with pytest.raises(
-        FileNotFoundError, match=rf"^no configuration under {re.escape(str(tmp_path))} has its window-0"
-    ):
+    (tmp_path / "pi-2" / str(2 * L) / "window-0.safetensors").unlink()
+    with pytest.raises(FileNotFoundError) as err:
         cs.build(tmp_path, tmp_path / "s.safetensors", KNOWN)
+    assert str(err.value) == (
+        f"pi-2/{2 * L} under {tmp_path} has window files but no window-0 file, and a store is built from "
+        "windows 0 … n − 1: measure again to redo window 0"
+    )
+    (tmp_path / "as-trained" / str(L) / "window-0.safetensors").unlink()
+    with pytest.raises(FileNotFoundError) as err:
+        cs.build(tmp_path, tmp_path / "s.safetensors", KNOWN)
+    assert str(err.value).startswith(f"as-trained/{L}, pi-2/{2 * L} under {tmp_path} (2 of 2) have window files but")
     assert not (tmp_path / "s.safetensors").exists()
+    odd = tmp_path / "pi-2" / str(2 * L) / "window-x.safetensors"
+    odd.write_bytes(b"")
+    with pytest.raises(ValueError, match=rf"^window file {re.escape(str(odd))} is not named <configuration>/<T>/"):
+        cs.build(tmp_path, tmp_path / "s.safetensors", KNOWN)
 
 
 @pytest.fixture
@@ -446,7 +456,7 @@ def test_build_only_over_a_malformed_window_file_is_one_line(tmp_path, toy_model
     path.rename(path.with_name("window-1.safetensors"))
     result = cli(*base, "--store", str(tmp_path / "s.safetensors"))
     assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
-    assert result.stderr.startswith(f"error: no configuration under {tmp_path / 'w'} has its window-0 file")
+    assert result.stderr.startswith(f"error: as-trained/{L} under {tmp_path / 'w'} has window files but no window-0")
 
 
 def _word_tokenizer(text, add_special_tokens=True):

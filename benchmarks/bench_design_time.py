@@ -42,6 +42,8 @@ def main() -> None:
     import torch
 
     from attnres_helpers import design_time as dt
+    from attnres_helpers import passkey
+    from attnres_helpers.data import eval_windows
     from attnres_helpers.hf import configured, fetch
     from attnres_helpers.hf import design_time as hf_dt
     from attnres_helpers.hf.configurations import CONFIGURATIONS
@@ -54,9 +56,14 @@ def main() -> None:
     model, tokenizer = fetch.load(SMOLLM2), load_tokenizer(fetch.model_dir(SMOLLM2))
     ids = configured.corpus_ids(tokenizer)
     tokenize = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    layout = configured.window_layout(ids, T, L, 0, configured.N_WINDOWS, tokenize)
+    try:
+        layout = configured.window_layout(ids, T, L, 0, configured.N_WINDOWS, tokenize)
+        trials = "plan v4's passkey trials"
+    except ValueError:  # plan v4's distances (L/16 … 1.9L) do not fit a short window: its controls only
+        text_2l = eval_windows(ids, T, configured.N_WINDOWS)[0]
+        layout, trials = passkey.layout(text_2l, tokenize, (), seed=T), "2 ceiling and 2 absent passkey trials"
     text = hf_dt.text_windows(tokenizer, L)[0]
-    print(f"SmolLM2-135M, L = {L}, T = {T}, {torch.get_num_threads()} threads; measured: {args.measured}")
+    print(f"SmolLM2-135M, L = {L}, T = {T}, {torch.get_num_threads()} threads; measured: {args.measured}, {trials}")
 
     def design() -> dict:
         start = time.perf_counter()

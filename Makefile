@@ -28,12 +28,13 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@if [ -n "$(TORCH_INDEX)" ]; then \
-	  echo "make: 1/2 $(TORCH_PIN), the CPU build (about 200 MB), from $(TORCH_INDEX) (TORCH_INDEX= for the default index's build)"; \
+	  echo "make: 1/2 $(TORCH_PIN), the CPU build (about 200 MB), from $(TORCH_INDEX) (TORCH_INDEX= for the default index's build);"; \
+	  echo "      after 'Installing collected packages' pip is silent for about 30 s while it unpacks torch"; \
 	  $(PY) -m pip install --progress-bar on --retries 1 "$(TORCH_PIN)" --index-url $(TORCH_INDEX) \
 	  || echo "make: torch could not be installed from $(TORCH_INDEX); the next step takes it from the default index"; \
 	fi
 	@echo "make: 2/2 the rest of requirements.txt (about 130 packages with their dependencies). pip lists each one it"
-	@echo "      collects, then prints 'Installing collected packages' and is silent while it unpacks them: a minute or two"
+	@echo "      collects, then prints 'Installing collected packages' and is silent while it unpacks them: about 40 s"
 	$(PY) -m pip install --progress-bar on -r requirements.txt
 	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet --no-deps -e .
 	touch $@

@@ -128,6 +128,8 @@ class CorrelationSums:
             raise ValueError(f"layers differ in scaling ({scaling} against {self.scaling})")
         if self.heads is not None and H != self.heads:
             raise ValueError(f"layers differ in heads ({H} against {self.heads})")
+        if self.layers and N != self.layers[0]["bulk"].shape[-1]:
+            raise ValueError(f"every pass must have one length: {N} tokens against {self.layers[0]['bulk'].shape[-1]}")
         self.scaling, self.heads = scaling, H
         keys = k.clone()
         keys[..., 0] = 0  # key 0 is its own term

@@ -192,6 +192,19 @@ def test_a_rotary_whose_phase_is_not_inv_freq_times_position_is_refused():
         hf_dt._frequencies(Odd(), torch.arange(50))
 
 
+def test_passes_of_two_lengths_or_two_depths_are_refused():
+    sums = dt.CorrelationSums()
+    z = torch.ones(2, 4, 16, dtype=torch.complex128)
+    sums.add(z, z, 0.5)
+    sums.end_window()
+    with pytest.raises(ValueError, match="one length"):
+        sums.add(z[..., :8], z[..., :8], 0.5)
+    with pytest.raises(ValueError, match="more layers"):
+        sums.add(z, z, 0.5)
+        sums.add(z, z, 0.5)
+    assert dt.CorrelationSums().add(z, z, 0.5) is None
+
+
 # ------------------------------------------------------------------------------------------ mutations
 
 

@@ -31,6 +31,7 @@ from .render import LatestWins, figure_layout, shared_figure
 from .text import error_html, lines_html
 
 LABEL_STYLE = {"description_width": "initial"}  # a control's label is as wide as its text: never cut off
+TOGGLE_STYLE = {**LABEL_STYLE, "button_width": "auto"}  # each button as wide as its label
 
 
 def param_slider(name: str, param: Param, encoding: str | None = None, params: dict | None = None) -> widgets.Widget:
@@ -89,8 +90,10 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
     mode = widgets.ToggleButtons(
         options=["single", "compare"], value="single", description="mode", style=LABEL_STYLE
     ).add_class("attnres-mode")
-    encoding = widgets.Dropdown(
-        options=list(DESIGN_CURVES), value=name, description="encoding", style=LABEL_STYLE
+    # Toggle buttons, not drop-downs: every choice is one click, and the keyboard reaches each (Tab, then Space);
+    # a drop-down inside JupyterLab lost its arrow keys to the notebook, which moved the active cell instead.
+    encoding = widgets.ToggleButtons(
+        options=list(DESIGN_CURVES), value=name, description="encoding", style=TOGGLE_STYLE
     ).add_class("attnres-encoding")
     chosen = widgets.SelectMultiple(
         options=list(DESIGN_CURVES),
@@ -114,14 +117,14 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
     length_box = widgets.IntText(
         value=L, layout=widgets.Layout(width="90px"), tooltip=f"any integer in [{low}, {high}]"
     ).add_class("attnres-L-box")
-    boundary = widgets.Dropdown(
-        options=BOUNDARIES, value=DEFAULT_BOUNDARY, description="boundary", style=LABEL_STYLE
+    boundary = widgets.ToggleButtons(
+        options=BOUNDARIES, value=DEFAULT_BOUNDARY, description="boundary", style=TOGGLE_STYLE
     ).add_class("attnres-boundary")
-    head_mode = widgets.Dropdown(
+    head_mode = widgets.ToggleButtons(
         options=HEAD_MODES,
         value=DEFAULT_HEAD_MODE,
         description="head convention",
-        style=LABEL_STYLE,
+        style=TOGGLE_STYLE,
         layout=widgets.Layout(flex="0 0 auto"),
     ).add_class("attnres-head-mode")
     head_note = widgets.HTML().add_class("attnres-head-note")
@@ -269,7 +272,8 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
     controls = widgets.VBox(
         [
             mode,
-            widgets.HBox([encoding, summary]),
+            encoding,
+            summary,
             chosen,
             widgets.HBox([length, length_box]),
             widgets.HBox([boundary, head_mode]),

@@ -102,6 +102,14 @@ def timed(page, element, expected, action, deadline, plot=None):
     return readout_s, time.perf_counter() - start
 
 
+def press_toggle(page, root, control, label, deadline):
+    """Choose ``label`` of a toggle-button control by keyboard, as a student without a mouse would: focus its
+    button, press Space (a drop-down lost its arrow keys to JupyterLab, which moved the active cell)."""
+    button = root.locator(f".{control} button").filter(has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")).first
+    button.focus(timeout=deadline.ms(10))
+    page.keyboard.press("Space")
+
+
 def design_text(name, L, **params):
     return shown(readout_html(explorer_state(name, L, params)))
 
@@ -138,12 +146,12 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
                 timed(page, element, design_text("rope", L), lambda: page.keyboard.press("ArrowRight"), deadline, plot)
             )
 
-        # every encoding, at the current L: the readout, and the notes that say what cannot act
-        select = root.locator(".attnres-encoding select").first
+        # every encoding, at the current L, chosen by keyboard (its toggle button focused, then Space): the
+        # readout, and the notes that say what cannot act
         note = root.locator(".attnres-note").first
         texts = {}
         for name in DESIGN_CURVES:
-            select.select_option(name, timeout=deadline.ms(10))
+            press_toggle(page, root, "attnres-encoding", name, deadline)
             texts[name] = design_text(name, L)
             wait_for_text(page, element, texts[name], deadline)
             if name == "nope":
@@ -154,9 +162,15 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
                 assert "same design-time curve" in note.inner_text()
         nope_at_L_start = design_text("nope", L_START)
 
-        # reset: move L and the scale away, then the button brings RoPE back to its defaults
-        select.select_option("rope", timeout=deadline.ms(10))
+        # the boundary by keyboard too, then back
+        press_toggle(page, root, "attnres-encoding", "rope", deadline)
         wait_for_text(page, element, design_text("rope", L), deadline)
+        press_toggle(page, root, "attnres-boundary", "drop", deadline)
+        wait_for_text(page, element, shown(readout_html(explorer_state("rope", L, None, "drop"))), deadline)
+        press_toggle(page, root, "attnres-boundary", "zero", deadline)
+        wait_for_text(page, element, design_text("rope", L), deadline)
+
+        # reset: move L and the scale away, then the button brings RoPE back to its defaults
         scale_handle = root.locator(".attnres-slider-scale .noUi-handle").first
         scale_handle.focus(timeout=deadline.ms(10))
         page.keyboard.press("ArrowRight")

@@ -73,10 +73,12 @@ def _add_train_parser(subparsers, with_arguments: bool) -> None:
     p.set_defaults(func=cmd_train)
     if not with_arguments:
         return
+    from .experiments.specs import TRAINING
     from .model import MODEL_ENCODINGS, PRESETS, ModelConfig
     from .train import train
 
-    defaults = {name: p.default for name, p in inspect.signature(train).parameters.items()}
+    # the shipped models' training (specs.TRAINING: 1600 steps, warmup 100) over train()'s own defaults
+    defaults = {name: p.default for name, p in inspect.signature(train).parameters.items()} | TRAINING
     p.add_argument("--preset", choices=sorted(PRESETS), default="default", help="model preset")
     p.add_argument("--seed", type=int, default=defaults["seed"], help="weight init and batch order")
     p.add_argument("--steps", type=int, default=defaults["steps"], help="optimiser steps")

@@ -32,6 +32,7 @@ NO_BCA_REASON = {
     "no window-relative version, and the store holds no BCA profiles for it (section 1)"
 }
 LABEL_STYLE = {"description_width": "initial"}  # a control's label is as wide as its text: never cut off
+TOGGLE_STYLE = {**LABEL_STYLE, "button_width": "auto"}  # each button as wide as its label
 EVAL_MULTIPLES = (1, 2, 4)  # the eval lengths the shipped stores hold, in units of L
 
 
@@ -340,9 +341,11 @@ def trained_explorer(store_path: str | Path | None = None) -> widgets.VBox:
     catalogue = trained_catalogue(store_path)
     L, encodings = catalogue["train_len"], catalogue["encodings"]
     default = "rope" if "rope" in encodings else encodings[0]
-    encoding = widgets.Dropdown(options=encodings, value=default, description="encoding", style=LABEL_STYLE).add_class(
-        "attnres-t-encoding"
-    )
+    # Short lists are toggle buttons, which the keyboard reaches (Tab, then Space): a drop-down inside JupyterLab
+    # lost its arrow keys to the notebook, which moved the active cell. The settings of a family stay a menu.
+    encoding = widgets.ToggleButtons(
+        options=encodings, value=default, description="encoding", style=TOGGLE_STYLE
+    ).add_class("attnres-t-encoding")
     one_each = all(catalogue["settings"][e] == [e] for e in encodings)  # the settings are the encodings: no menu
     setting = widgets.Dropdown(
         options=catalogue["settings"][default],
@@ -351,23 +354,20 @@ def trained_explorer(store_path: str | Path | None = None) -> widgets.VBox:
         layout=widgets.Layout(width="330px", display="none" if one_each else None),
     )
     setting.add_class("attnres-t-setting")
-    seed = widgets.Dropdown(
-        options=catalogue["seeds"][setting.value],
-        description="seed",
-        style=LABEL_STYLE,
-        layout=widgets.Layout(width="150px"),
+    seed = widgets.ToggleButtons(
+        options=catalogue["seeds"][setting.value], description="seed", style=TOGGLE_STYLE
     ).add_class("attnres-t-seed")
-    layer = widgets.Dropdown(
+    layer = widgets.ToggleButtons(
         options=[("mean", "mean")] + [(str(i), i) for i in range(catalogue["layers"])],
         value="mean",
         description="layer",
-        style=LABEL_STYLE,
+        style=TOGGLE_STYLE,
     ).add_class("attnres-t-layer")
-    head = widgets.Dropdown(
+    head = widgets.ToggleButtons(
         options=[("mean", "mean")] + [(str(i), i) for i in range(catalogue["heads"])],
         value="mean",
         description="head",
-        style=LABEL_STYLE,
+        style=TOGGLE_STYLE,
     ).add_class("attnres-t-head")
     multiples = catalogue["eval_multiples"]
     eval_multiple = widgets.ToggleButtons(
@@ -421,8 +421,8 @@ def trained_explorer(store_path: str | Path | None = None) -> widgets.VBox:
         else:
             drawer.request(state)
 
-    def choose(dropdown: widgets.Dropdown, options: list) -> None:
-        """New options for a dropdown, keeping its value where it is still one of them."""
+    def choose(dropdown: widgets.Dropdown | widgets.ToggleButtons, options: list) -> None:
+        """New options for a menu or toggle buttons, keeping its value where it is still one of them."""
         value = dropdown.value if dropdown.value in options else options[0]
         dropdown.options = options
         dropdown.value = value

@@ -195,7 +195,7 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
         wait_until_kernel_done(page, deadline)
         root.screenshot(path=str(ARTIFACTS_DIR / "explorer-compare.png"), timeout=deadline.ms(20))
 
-        # the trained-model explorer: its default readout, then one control (the layer)
+        # the trained-model explorer: its default readout, then one control (the layer, by keyboard), then BCA
         catalogue = trained_catalogue()
         trained = trained_readout.element_handle(timeout=deadline.ms(10))
         wait_for_text(
@@ -204,7 +204,7 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
             shown(trained_readout_html(trained_state(catalogue, "rope", 0, "mean", "mean", 2, False))),
             deadline,
         )
-        page.locator(".attnres-t-layer select").first.select_option(label="1", timeout=deadline.ms(10))
+        press_toggle(page, page.locator(".attnres-trained-explorer").first, "attnres-t-layer", "1", deadline)
         layer_1 = trained_state(catalogue, "rope", 0, 1, "mean", 2, False)
         wait_for_text(page, trained, shown(trained_readout_html(layer_1)), deadline)
         page.locator(".attnres-t-bca input[type=checkbox]").first.check(timeout=deadline.ms(10))

@@ -217,8 +217,8 @@ def make_lab_options() -> list[str]:
 
 def test_make_lab_opens_the_reading_copies(page, tmp_path):
     """`make lab`'s own options, on a server in the repository root: the page opens on reading/ (the
-    reader's git-ignored copies, made as `make lab` makes them), listing every notebook, with the
-    repository's data/ one level up."""
+    reader's git-ignored copies, made as `make lab` makes them), listing every notebook and the README and
+    glossary whose links lead to the copies, with the repository's data/ one level up."""
     if shutil.which("make") is None:
         pytest.skip("no `make` on PATH")
     subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "reading_copies.py")], check=True, cwd=REPO_ROOT)
@@ -240,4 +240,5 @@ def test_make_lab_opens_the_reading_copies(page, tmp_path):
         crumbs = page.inner_text(".jp-BreadCrumbs", timeout=deadline.ms(10))
         assert "/lab/tree/reading" in page.url, page.url
         assert [n.name for n in NOTEBOOKS if n.name not in listed] == [], listed
+        assert {"README.md", "GLOSSARY.md"} <= set(listed), listed  # the guides whose links lead to the copies
         assert "reading" in crumbs, crumbs

@@ -120,7 +120,7 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
     deadline = Deadline(TEST_TIME_LIMIT_S)
     page.set_default_timeout(30_000)
     ARTIFACTS_DIR.mkdir(exist_ok=True)
-    latencies = {"single": [], "compare": []}  # (readout, figure) seconds per L step
+    latencies = {"single": [], "compare": []}  # (readout, figure) seconds per L step (per layer: "trained")
     started = time.perf_counter()
 
     with artifacts_on_failure(page, lab, "explorers"):
@@ -214,6 +214,14 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
             shown(trained_readout_html(trained_state(catalogue, "rope", 0, 1, "mean", 2, True))),
             deadline,
         )
+        # its figure's latency, reported like the design explorer's: each layer in turn, by keyboard, with BCA on
+        trained_root = page.locator(".attnres-trained-explorer").first
+        trained_plot = trained_root.locator("img.attnres-trained-plot").first.element_handle(timeout=deadline.ms(10))
+        latencies["trained"] = []
+        for layer in [*range(catalogue["layers"]), "mean", 1]:
+            expected = shown(trained_readout_html(trained_state(catalogue, "rope", 0, layer, "mean", 2, True)))
+            press = lambda layer=layer: press_toggle(page, trained_root, "attnres-t-layer", str(layer), deadline)  # noqa: E731
+            latencies["trained"].append(timed(page, trained, expected, press, deadline, trained_plot))
         wait_until_kernel_done(page, deadline)
         page.locator(".attnres-trained-explorer").first.screenshot(
             path=str(ARTIFACTS_DIR / "trained-explorer.png"), timeout=deadline.ms(20)
@@ -229,7 +237,8 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
         for i, what in enumerate(("readout", "figure")):
             ms = [1e3 * t[i] for t in times]
             print(
-                f"browser latency, {mode} mode, L step to {what} ({len(ms)} steps): "
+                f"browser latency, {mode} {'explorer, layer' if mode == 'trained' else 'mode, L'} step to {what} "
+                f"({len(ms)} steps): "
                 f"median {statistics.median(ms):.0f} ms, max {max(ms):.0f} ms"
             )
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

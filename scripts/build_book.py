@@ -9,7 +9,7 @@ notebooks resolves as it does on disk:
 
 - ``index.md``: the README, the front page, with the table of contents in reading order appended;
 - ``GLOSSARY.md`` (its headings' HTML anchors made the headings' ids), ``DESIGN.md`` and the pre-registered
-  plans (``data/results/*_plan*.md``) as pages;
+  plans (``data/results/*plan*.md``, found by name, in the order written) as pages;
 - ``notebooks/NN_*.ipynb``: each notebook as committed, with three changes that only a static page needs:
   a live widget's output becomes a line saying that the live version needs ``make lab`` (a progress bar's
   is dropped), with the widget's saved picture (the notebook's next cell) shown unfolded under it; the
@@ -41,7 +41,15 @@ LIVE_NOTE = (
 )
 LIVE_NOTE_NO_PICTURE = LIVE_NOTE.replace(" Its saved picture follows.", "")
 PAGES = ("GLOSSARY.md", "DESIGN.md")
-PLANS = ("family_plan.md", "family_plan_v2.md", "configurations_plan_v3.md", "configurations_plan_v4.md")
+
+
+def plans() -> list[str]:
+    """The pre-registered plans (``data/results/*plan*.md``), in the order they were written: plan v1 has no
+    number in its name (``family_plan.md``), every later one its ``_vN``."""
+    names = [p.name for p in (ROOT / "data" / "results").glob("*plan*.md")]
+    return sorted(names, key=lambda name: (int(m.group(1)) if (m := re.search(r"_v(\d+)", name)) else 1, name))
+
+
 FOLD_LINE = re.compile(r"^\s*</?details>\s*$|^\s*<summary>.*</summary>\s*$")
 
 
@@ -105,14 +113,14 @@ def title(path: Path) -> str:
 def front_page(readme: str, notebook_names: list[str]) -> str:
     """The README, with the hidden tables of contents that give the book its navigation, in reading order."""
     toc = "\n".join(f"notebooks/{name}" for name in notebook_names)
-    plans = "\n".join(f"data/results/{Path(name).stem}" for name in PLANS)
+    plan_pages = "\n".join(f"data/results/{Path(name).stem}" for name in plans())
     return (
         readme.replace("](README.md", "](index.md")
         + "\n\n```{toctree}\n:hidden:\n:caption: Notebooks, in reading order\n\n"
         + toc
         + "\n```\n\n```{toctree}\n:hidden:\n:caption: Reference\n\nGLOSSARY\nDESIGN\n```\n\n"
         + "```{toctree}\n:hidden:\n:caption: Pre-registered plans\n\n"
-        + plans
+        + plan_pages
         + "\n```\n"
     )
 
@@ -131,7 +139,7 @@ def stage(src: Path) -> None:
         text = re.sub(r'^(#+ )<a id="[^"]+"></a>', r"\1", text, flags=re.M)
         (src / name).write_text(text, encoding="utf-8")
     (src / "data" / "results").mkdir(parents=True)
-    for name in PLANS:
+    for name in plans():
         shutil.copyfile(ROOT / "data" / "results" / name, src / "data" / "results" / name)
     shutil.copytree(ROOT / "data" / "figures", src / "data" / "figures")
     for path in notebooks():

@@ -380,9 +380,8 @@ def reference_run(model, ids, configuration, L: int):
     transformers.AttentionInterface.register("attnres_reference", _reference_attention)
     layers = []
     with applied(model, configuration, L):
-        state = ca._attending.get()
         _reference_state.update(
-            name=configuration.name, rotary=state.rotary, mask=configuration.mask_for(L), layers=layers, L=L
+            name=configuration.name, rotary=ca.current_rotary(), mask=configuration.mask_for(L), layers=layers, L=L
         )
         model.set_attn_implementation("attnres_reference")
         logits = model(input_ids=ids, use_cache=False).logits

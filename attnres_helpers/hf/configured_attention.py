@@ -262,6 +262,15 @@ def attending(model: PreTrainedModel, rotary: torch.nn.Module, remap: Remap | No
         _attending.reset(token)
 
 
+def current_rotary() -> torch.nn.Module:
+    """The rotary module of the configuration in effect (inside :func:`.configurations.applied`): its
+    frequencies and attention factor, as the configured attention rotates by them."""
+    state = _attending.get()
+    if state is None:
+        raise RuntimeError("no configuration is applied: current_rotary needs configurations.applied around it")
+    return state.rotary
+
+
 @contextmanager
 def capturing(consume: Callable[[ConfiguredLayer], None]) -> Iterator[None]:
     """Inside :func:`.configurations.applied`: each layer hands its :class:`ConfiguredLayer` to

@@ -45,10 +45,6 @@ def _frequencies(rotary: torch.nn.Module, positions: torch.Tensor) -> tuple[torc
     return theta, factor
 
 
-def _state():
-    return configured_attention._attending.get()  # the rotary module applied() gave the model
-
-
 @torch.no_grad()
 def correlations(model: PreTrainedModel, windows: Sequence[torch.Tensor], train_len: int) -> dt.Correlations:
     """The model's part from passes of the model as trained over ``windows`` (each (N,) token ids, one
@@ -56,7 +52,7 @@ def correlations(model: PreTrainedModel, windows: Sequence[torch.Tensor], train_
     sums = dt.CorrelationSums()
     with applied(model, CONFIGURATIONS["as-trained"], train_len):
         for ids in windows:
-            theta, factor = _frequencies(_state().rotary, torch.arange(len(ids)))
+            theta, factor = _frequencies(configured_attention.current_rotary(), torch.arange(len(ids)))
 
             def consume(layer: configured_attention.ConfiguredLayer, theta=theta, factor=factor) -> None:
                 if layer.q.shape[0] != 1:
@@ -75,7 +71,7 @@ def form(model: PreTrainedModel, configuration: Configuration, train_len: int, T
     (near at positions 0 … T − 1; far at the remap's query, then key positions, as the attention calls
     them), its remap and its mask."""
     with applied(model, configuration, train_len):
-        rotary = _state().rotary
+        rotary = configured_attention.current_rotary()
         theta, factor = _frequencies(rotary, torch.arange(T))
         remap = configuration.remap_for(train_len)
         theta_far = factor_far = None

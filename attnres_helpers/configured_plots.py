@@ -24,6 +24,12 @@ TABLE_COLUMNS = (
 )
 
 
+def _point(ax, x: Estimate, y: Estimate, **style) -> None:
+    """One configuration at (x, y) with both window-bootstrap intervals as error bars."""
+    xerr, yerr = [[x.value - x.low], [x.high - x.value]], [[y.value - y.low], [y.high - y.value]]
+    ax.errorbar(x.value, y.value, xerr=xerr, yerr=yerr, fmt="o", capsize=2, **style)
+
+
 def table_rows(summaries: dict[str, dict[str, Estimate]], labels: dict[str, str]) -> list[dict]:
     """One row per configuration: each plan quantity as "value [low, high]"."""
     return [
@@ -46,19 +52,8 @@ def pair_figure(summaries: dict[str, dict[str, Estimate]], labels: dict[str, str
         for i, (name, row) in enumerate(summaries.items()):
             y = row[outcome]
             for key, face in (("R(2L)", colours(i)), ("R(2L) sink-free", "white")):
-                x = row[key]
-                ax.errorbar(
-                    x.value,
-                    y.value,
-                    xerr=[[x.value - x.low], [x.high - x.value]],
-                    yerr=[[y.value - y.low], [y.high - y.value]],
-                    fmt="o",
-                    color=colours(i),
-                    mfc=face,
-                    ms=7,
-                    capsize=2,
-                    label=labels.get(name, name) if key == "R(2L)" else None,
-                )
+                label = labels.get(name, name) if key == "R(2L)" else None
+                _point(ax, row[key], y, color=colours(i), mfc=face, ms=7, label=label)
         ax.set_xscale("log")
         ax.set_xlabel("layer-mean R(2L): with the sink (filled), without (open)")
         ax.set_ylabel(
@@ -164,16 +159,7 @@ def kinds_figure(summary: dict[str, dict[str, Estimate]], kinds: dict[str, str],
     for ax, outcome in zip(axes, V4_OUTCOME_LABELS):
         for name, row in summary.items():
             x, y = row[predictor], row[outcome]
-            ax.errorbar(
-                x.value,
-                y.value,
-                xerr=[[x.value - x.low], [x.high - x.value]],
-                yerr=[[y.value - y.low], [y.high - y.value]],
-                fmt="o",
-                color=KIND_COLOURS[kinds[name]],
-                ms=6,
-                capsize=2,
-            )
+            _point(ax, x, y, color=KIND_COLOURS[kinds[name]], ms=6)
             ax.annotate(name, (x.value, y.value), fontsize=6, xytext=(3, 3), textcoords="offset points")
         ax.set_ylabel(V4_OUTCOME_LABELS[outcome])
         ax.set_xlabel(f"layer-mean {predictor}")

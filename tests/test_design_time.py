@@ -329,29 +329,11 @@ def test_smollm2_layer_0_under_each_configuration(smollm2, name):
 def folders(tmp_path_factory):
     """A random one-layer Llama of context 64 with SmolLM2's tokenizer (where the cache holds it), and a
     GPT-2 of no rotary embedding, as `transformers` folders."""
-    import shutil
-
     import transformers
-
-    from attnres_helpers.hf import fetch
-    from attnres_helpers.hf.models import SMOLLM2
+    from helpers import tiny_llama_folder
 
     root = tmp_path_factory.mktemp("design-time")
-    torch.manual_seed(0)
-    llama = transformers.LlamaConfig(
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        vocab_size=49152,
-        tie_word_embeddings=True,
-    )
-    transformers.AutoModelForCausalLM.from_config(llama).save_pretrained(root / "llama")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        if (fetch.model_dir(SMOLLM2) / name).exists():
-            shutil.copy(fetch.model_dir(SMOLLM2) / name, root / "llama" / name)
+    tiny_llama_folder(root / "llama", 64)
     gpt2 = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, n_positions=64, vocab_size=256)
     transformers.AutoModelForCausalLM.from_config(gpt2).save_pretrained(root / "gpt2")
     return root

@@ -153,26 +153,9 @@ def test_configurations_marked_so_compute_what_the_model_as_trained_computes_ins
 @pytest.fixture(scope="module")
 def tiny_llama_folder(tmp_path_factory):
     """A random one-layer Llama of context 1024 with SmolLM2's tokenizer, saved as a `transformers` folder."""
-    import shutil
+    from helpers import tiny_llama_folder as make
 
-    import transformers
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=1024,
-        vocab_size=49152,
-        tie_word_embeddings=True,
-    )
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(fetch.model_dir(SMOLLM2) / name, folder / name)
-    return folder
+    return make(tmp_path_factory.mktemp("tiny-llama"), 1024)
 
 
 def test_a_tiny_llama_folder_is_measured_under_yarn_2_from_the_command_line(tiny_llama_folder, tmp_path, cli):

@@ -242,22 +242,17 @@ def measure_and_build(
     from ..files import exclusive, folder_fingerprint, sums_fingerprint
     from ..paths import CONFIGURATIONS_RUNS, CONFIGURATIONS_V4_STORE
     from ..torchrun import distributed_rank, process_group
+    from . import fetch
     from .configurations import check_config
-    from .folders import load_config, load_pretrained, local_folder
-    from .models import PRETRAINED_MODELS, SMOLLM2
+    from .folders import load_config, load_pretrained
+    from .models import SMOLLM2
     from .pretrained import load_tokenizer
 
     chosen = list(configurations or CONFIGURATIONS)
     unknown = [c for c in chosen if c not in CONFIGURATIONS]
     if unknown:
         raise ValueError(f"unknown configurations {', '.join(unknown)}; known: {', '.join(CONFIGURATIONS)}")
-    entry = PRETRAINED_MODELS.get(str(model))
-    if entry is not None:
-        from . import fetch
-
-        folder = fetch.verify(entry)
-    else:
-        folder = local_folder(Path(str(model)))
+    entry, folder = fetch.resolve(model)
     name = entry.name if entry is not None else folder.name
     default = CONFIGURATIONS_V4_STORE if entry is SMOLLM2 else CONFIGURATIONS_RUNS / name / "store.safetensors"
     store = Path(store) if store else default

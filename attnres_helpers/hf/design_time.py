@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -110,22 +109,16 @@ def report(
     ``pass_len`` tokens (default L) of the model as trained, shared by the configurations. Bad input (an
     unknown configuration, a length under one window of L, a model without one RoPE, a pass longer than L)
     is one line before any weight is read."""
+    from . import fetch
     from .configurations import check_applies, check_config
-    from .folders import load_config, load_pretrained, load_tokenizer, local_folder
-    from .models import PRETRAINED_MODELS
+    from .folders import load_config, load_pretrained, load_tokenizer
 
     unknown = [c for c in configurations if c not in CONFIGURATIONS]
     if unknown or not configurations:
         raise ValueError(f"unknown configuration {', '.join(unknown) or '(none)'}; known: {', '.join(CONFIGURATIONS)}")
     if not multiples or min(multiples) < 1:
         raise ValueError(f"lengths {list(multiples)}: a length under one window of L (design time extends it)")
-    entry = PRETRAINED_MODELS.get(str(model))
-    if entry is not None:
-        from . import fetch
-
-        folder = fetch.verify(entry)
-    else:
-        folder = local_folder(Path(str(model)))
+    entry, folder = fetch.resolve(model)
     config = load_config(folder)
     for name in configurations:
         check_config(config, CONFIGURATIONS[name])  # no rotary embedding, or several bases: before any weight

@@ -231,6 +231,18 @@ def verify(entry: PretrainedModel, folder: Path | None = None) -> Path:
     return folder
 
 
+def resolve(name_or_path: str | Path) -> tuple[PretrainedModel | None, Path]:
+    """(its registry entry, its verified converted folder) for a registry name; (None, the folder) for a
+    local `transformers` folder (:func:`.folders.local_folder`: a missing one is one line)."""
+    from .folders import local_folder
+    from .models import PRETRAINED_MODELS
+
+    entry = PRETRAINED_MODELS.get(str(name_or_path))
+    if entry is not None:
+        return entry, verify(entry)
+    return None, local_folder(Path(str(name_or_path)))
+
+
 def load(entry: PretrainedModel, folder: Path | None = None) -> PreTrainedModel:
     """The verified converted model (float32, eval mode), loaded offline from safetensors only."""
     from .pretrained import load_pretrained

@@ -42,7 +42,7 @@ from .attention import (
     layer_key0,
     layer_s_hat,
 )
-from .folders import load_config, load_pretrained, load_tokenizer, local_folder
+from .folders import load_config, load_pretrained, load_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -533,19 +533,16 @@ def measure_pretrained_store(
     "none" for a folder) is recorded in every run's metadata. An existing store keeps its other runs (a
     store another command made is refused); ``report`` is given one line saying what was added or replaced.
     Every argument is checked, and the lock taken, before the model is loaded."""
-    from .models import PRETRAINED_MODELS
 
-    entry = PRETRAINED_MODELS.get(str(name_or_path))
+    from . import fetch
+
+    if bos is not None:
+        _check_choice("bos", bos, BOS_FORMS)
+    entry, folder = fetch.resolve(name_or_path)
     if bos is None:
         bos = "both" if entry is not None and entry.bos == "first" else "none"
-    _check_choice("bos", bos, BOS_FORMS)
     if entry is not None:
-        from . import fetch
-
-        folder = fetch.verify(entry)
         train_len = train_len or entry.context
-    else:
-        folder = local_folder(Path(str(name_or_path)))
     store = _check_store_path(store, folder, work)
     L, Ts, bca_Ts = _planned(folder, multiples, bca_multiples, n_windows, method, train_len)
     name = entry.name if entry is not None else folder.name

@@ -263,18 +263,18 @@ def measure_and_build(
         config = load_config(folder)
         for c in chosen:
             check_config(config, CONFIGURATIONS[c])  # one line, before any weight is read
-        if entry is not None:
-            loaded, model_id = fetch.load(entry), f"{entry.title}@{sums_fingerprint(folder)}"
-        else:
-            loaded, model_id = load_pretrained(folder), f"{folder.name}@{folder_fingerprint(folder)}"
         train_len = entry.context if entry is not None else config.max_position_embeddings
         ranked = distributed_rank()  # under torchrun: each rank its share of the jobs, rank 0 the one writer
         rank, world = (0, 1) if ranked is None else ranked[:2]
-        with (
+        with (  # the work folder's lock and the log before the model is loaded
             exclusive(work / f"measuring-{rank}of{world}"),
             open(log, "a") if log else contextlib.nullcontext() as out,
             process_group() if ranked else contextlib.nullcontext(),
         ):
+            if entry is not None:
+                loaded, model_id = fetch.load(entry), f"{entry.title}@{sums_fingerprint(folder)}"
+            else:
+                loaded, model_id = load_pretrained(folder), f"{folder.name}@{folder_fingerprint(folder)}"
             tokenizer = load_tokenizer(folder)
             measure_configurations(
                 loaded, tokenizer, work, model_id, train_len, chosen, n_windows, out, progress, (rank, world)

@@ -22,6 +22,10 @@ COMMANDS = (
     "fetch-pretrained",
     "figures",
     "design-time",
+    "configurations",
+    "sinks",
+    "measure-pretrained",
+    "copy-control",
 )
 
 
@@ -65,6 +69,8 @@ def test_results_runs_as_a_process_and_a_user_error_is_one_line(tmp_path, cli):
         ["design-time", "--help"],
         ["design-time", "--configuration", "yarn-3"],
         ["design-time", "--configuration", "yarn-2", "--lengths", "0.5"],
+        ["configurations", "--help"],
+        ["configurations", "--only", "yarn-3"],
     ],
 )
 def test_help_and_usage_errors_answer_without_importing_torch(argv):

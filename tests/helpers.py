@@ -334,7 +334,7 @@ def definition_distance(name: str, i: torch.Tensor, j: torch.Tensor, L: int) -> 
     n = (i - j).double()
     if name.startswith("self-extend"):
         W, G = {"self-extend-8-8": (L // 8, 8), "self-extend-16-16": (L // 16, 16)}[name]
-        grouped = (i // G + W - W // G) - j // G  # LongLM's self_extend_patch: grouped query and key positions
+        grouped = (i // G + W - W / G) - j // G  # LongLM's self_extend_patch/Llama.py: grouped query, key positions
         return torch.where(n < W, n, grouped.double())
     if name == "rerope-4":
         return n.clamp(max=L // 4)

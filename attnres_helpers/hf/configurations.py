@@ -40,8 +40,9 @@ KINDS = ("as-trained", "rescaled", "remapped", "masked", "windowed")
 
 def self_extend_positions(pos: torch.Tensor, window: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Self-Extend's grouped positions (``datamllab/LongLM``, ``self_extend_patch/Llama.py``): query
-    ``i // G + W − W // G``, key ``j // G``."""
-    return pos // group + window - window // group, pos // group
+    ``i // G + W − W / G``, key ``j // G`` (true division in the shift, as the patch writes it; the
+    registry's pairs have G dividing W, where it equals the ``W − W // G`` of the paper's description)."""
+    return pos // group + window - window / group, pos // group
 
 
 def rerope_positions(pos: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:

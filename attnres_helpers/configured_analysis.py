@@ -26,7 +26,7 @@ WITHIN_L_FRACTION = 0.5
 L_WINDOW_KEYS = ("R(L)", "R(L) sink-free", "passkey ≤ L/2 at L", "ceiling at L", "absent at L")  # from windows of L
 
 
-def _indices(n_windows: int, n_resamples: int, rng) -> np.ndarray:
+def window_draws(n_windows: int, n_resamples: int, rng) -> np.ndarray:
     """(n_resamples, n_windows) window indices drawn with replacement."""
     return np.random.default_rng(rng).integers(0, n_windows, size=(n_resamples, n_windows))
 
@@ -55,20 +55,20 @@ def per_window(store: ConfiguredStore, configuration: str) -> dict[str, np.ndarr
         out[f"R({tag}) sink-free"] = entry.window_r_sink_free.double().mean(-1).numpy()
         passed, kinds, d = entry.passed().numpy(), entry.passkey["kind"].numpy(), entry.passkey["distance"].numpy()
         trials = kinds == KINDS.index("trial")
-        out[f"passkey ≤ L/2 at {tag}"] = _fraction(passed, trials & (d <= WITHIN_L_FRACTION * L))
+        out[f"passkey ≤ L/2 at {tag}"] = fraction_passed(passed, trials & (d <= WITHIN_L_FRACTION * L))
         for kind in ("ceiling", "absent"):
-            out[f"{kind} at {tag}"] = _fraction(passed, kinds == KINDS.index(kind))
+            out[f"{kind} at {tag}"] = fraction_passed(passed, kinds == KINDS.index(kind))
         if T == 2 * L:
             mask = store.about["entries"][f"{entry.configuration}/{T}"]["mask"]
             out["reach"] = np.full(entry.windows, float(mask["kind"] == "causal"))  # every earlier key seen at 2L
-            out["passkey past L"] = _fraction(passed, trials & (d > L))
+            out["passkey past L"] = fraction_passed(passed, trials & (d > L))
             out["NLL < L"] = nll_mean(entry, 0, L).numpy()
             out["NLL ≥ L"] = nll_mean(entry, L, 2 * L).numpy()
             out["NLL rise"] = out["NLL ≥ L"] - out["NLL < L"]
     return out
 
 
-def _fraction(passed: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def fraction_passed(passed: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Per window, the fraction of the masked trials that passed (NaN where a window has none)."""
     n = mask.sum(-1)
     return np.where(n > 0, (passed & mask).sum(-1) / np.maximum(n, 1), np.nan)
@@ -85,7 +85,7 @@ def summary(
     def of(key: str, n: int) -> np.ndarray:
         at = "L" if key in L_WINDOW_KEYS else "2L"
         if (at, n) not in draws:
-            draws[(at, n)] = _indices(n, n_resamples, rng + (at == "2L"))
+            draws[(at, n)] = window_draws(n, n_resamples, rng + (at == "2L"))
         return draws[(at, n)]
 
     out = {}
@@ -165,7 +165,7 @@ def cross_test(
     x = np.array([mean(c, predictor, all_L, all_2L) for c in names])
     y = np.array([mean(c, outcome, all_L, all_2L) for c in names])
     rho, p = exact_permutation_spearman(x, y)
-    d_L, d_2L = _indices(W_L, n_resamples, rng), _indices(W_2L, n_resamples, rng + 1)
+    d_L, d_2L = window_draws(W_L, n_resamples, rng), window_draws(W_2L, n_resamples, rng + 1)
     xb = np.stack([mean(c, predictor, d_L, d_2L) for c in names], axis=1)  # (B, configurations)
     yb = np.stack([mean(c, outcome, d_L, d_2L) for c in names], axis=1)
     kept = ~constant_rows(xb) & ~constant_rows(yb)  # a row with a NaN is kept: spearman_rows refuses it

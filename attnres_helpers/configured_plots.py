@@ -143,8 +143,13 @@ def controls(store: ConfiguredStore, names: list[str]) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------ plan v4
 
-KIND_COLOURS = {"as-trained": "black", "rescaled": "tab:blue", "remapped": "tab:green", "masked": "tab:orange"}
-KIND_COLOURS["windowed"] = "tab:purple"
+KIND_COLOURS = {
+    "as-trained": "black",
+    "rescaled": "tab:blue",
+    "remapped": "tab:green",
+    "masked": "tab:orange",
+    "windowed": "tab:purple",
+}
 V4_OUTCOME_LABELS = {
     "NLL rise": "NLL past L − NLL before L (nats)",
     "near past L": "near retrieval, query past L",

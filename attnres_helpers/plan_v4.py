@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import permutation_test
 
+from .configured_analysis import fraction_passed, window_draws
 from .configured_store import NLL_BLOCK, ConfiguredStore, nll_mean
 from .passkey import FAR_FRACTIONS, KINDS, NEAR_FRACTIONS
 from .stats import Estimate, average_ranks, partial_spearman, percentile_interval
@@ -45,12 +46,6 @@ MAX_EXACT = 100_000  # within-kind orderings counted exactly up to this many
 PERMUTATIONS = 99_999  # sampled beyond it
 
 
-def _fraction(passed: np.ndarray, chosen: np.ndarray) -> np.ndarray:
-    """Per window, the share of the chosen trials that passed (NaN where a window has none)."""
-    n = chosen.sum(-1)
-    return np.where(n > 0, (passed & chosen).sum(-1) / np.maximum(n, 1), np.nan)
-
-
 def per_window(store: ConfiguredStore, configuration: str) -> dict[str, np.ndarray]:
     """Each plan quantity of one configuration, one value per window (of L or of 2L as named)."""
     L = store.train_len
@@ -66,16 +61,16 @@ def per_window(store: ConfiguredStore, configuration: str) -> dict[str, np.ndarr
         trial, ceiling, absent = (kinds == KINDS.index(k) for k in ("trial", "ceiling", "absent"))
         is_near = trial & np.isin(d, list(near))
         if T == L:
-            out["near at L"] = _fraction(passed, is_near)
-            out["ceiling at L"] = _fraction(passed, ceiling)
-            out["absent at L"] = _fraction(passed, absent)
+            out["near at L"] = fraction_passed(passed, is_near)
+            out["ceiling at L"] = fraction_passed(passed, ceiling)
+            out["absent at L"] = fraction_passed(passed, absent)
             continue
-        out["near past L"] = _fraction(passed, is_near & (at >= L))
-        out["near inside L"] = _fraction(passed, is_near & (at < L))
-        out["far"] = _fraction(passed, trial & np.isin(d, list(far)))
-        out["ceiling past L"] = _fraction(passed, ceiling & (at >= L))
-        out["ceiling inside L"] = _fraction(passed, ceiling & (at < L))
-        out["absent"] = _fraction(passed, absent)
+        out["near past L"] = fraction_passed(passed, is_near & (at >= L))
+        out["near inside L"] = fraction_passed(passed, is_near & (at < L))
+        out["far"] = fraction_passed(passed, trial & np.isin(d, list(far)))
+        out["ceiling past L"] = fraction_passed(passed, ceiling & (at >= L))
+        out["ceiling inside L"] = fraction_passed(passed, ceiling & (at < L))
+        out["absent"] = fraction_passed(passed, absent)
         out["NLL < L"] = nll_mean(entry, 0, L).numpy()
         out["NLL ≥ L"] = nll_mean(entry, L, 2 * L).numpy()
         out["NLL rise"] = out["NLL ≥ L"] - out["NLL < L"]
@@ -156,10 +151,6 @@ class RankTest:
     kinds: tuple[str, ...] = field(default=())  # the kinds that entered (within kinds)
 
 
-def _draws(W: int, n_resamples: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, W, size=(n_resamples, W))
-
-
 def _interval(replicates: np.ndarray, confidence_level: float) -> tuple[float, float]:
     replicates = replicates[~np.isnan(replicates)]
     if len(replicates) == 0:
@@ -169,8 +160,8 @@ def _interval(replicates: np.ndarray, confidence_level: float) -> tuple[float, f
 
 def _boot(data: Collected, keys: tuple[str, ...], n_resamples: int, rng: int) -> list[np.ndarray]:
     """(B, C) means of each key over the same window draws (windows of L and of 2L drawn apart)."""
-    d_L = _draws(data.windows("R(L)"), n_resamples, rng)
-    d_2L = _draws(data.windows("R(2L)"), n_resamples, rng + 1)
+    d_L = window_draws(data.windows("R(L)"), n_resamples, rng)
+    d_2L = window_draws(data.windows("R(2L)"), n_resamples, rng + 1)
     return [data.means(k, d_L, d_2L) for k in keys]
 
 

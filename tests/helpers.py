@@ -90,6 +90,7 @@ def tiny_llama(
     kv_heads: int = 1,
     context: int = 32,
     implementation: str = "sdpa",
+    vocab_size: int = 256,
     **config,
 ):
     """A random tiny ``transformers`` Llama from config (seeded; nothing is downloaded), in eval mode."""
@@ -103,7 +104,7 @@ def tiny_llama(
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         max_position_embeddings=context,
-        vocab_size=256,
+        vocab_size=vocab_size,
         tie_word_embeddings=True,
         **config,
     )
@@ -391,23 +392,10 @@ def reference_run(model, ids, configuration, L: int):
 def tiny_llama_folder(folder: Path, context: int) -> Path:
     """A random one-layer Llama of context ``context`` saved as a `transformers` folder at ``folder``, with
     SmolLM2's tokenizer files where the model cache holds them (vocabulary 49152, so its ids fit)."""
-    import transformers
-
     from attnres_helpers.hf import fetch
     from attnres_helpers.hf.models import SMOLLM2
 
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=context,
-        vocab_size=49152,
-        tie_word_embeddings=True,
-    )
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
+    tiny_llama(hidden_size=16, layers=1, heads=2, kv_heads=1, context=context, vocab_size=49152).save_pretrained(folder)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         if (fetch.model_dir(SMOLLM2) / name).exists():
             shutil.copy(fetch.model_dir(SMOLLM2) / name, folder / name)

@@ -146,7 +146,7 @@ def test_cross_test_interval_is_the_percentiles_of_each_resamples_spearman(predi
         return np.nanmean(v[key][:W][d])
 
     boot = []
-    for d_L, d_2L in zip(ca._indices(W_L, 300, 3), ca._indices(W_2L, 300, 4)):
+    for d_L, d_2L in zip(ca.window_draws(W_L, 300, 3), ca.window_draws(W_2L, 300, 4)):
         xb, yb = [mean(c, predictor, d_L, d_2L) for c in names], [mean(c, outcome, d_L, d_2L) for c in names]
         if len(set(xb)) > 1 and len(set(yb)) > 1:
             boot.append(spearman(xb, yb))

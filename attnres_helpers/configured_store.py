@@ -17,7 +17,10 @@ and, from plan v4's window files on (plan v3's store has none of them):
 
 - ``s_hat`` and ``key0`` (layers, T) int16 codes with their rows' ``.low`` and ``.step``
   (:func:`store.quantize`): the window-mean ŝ and key-0 scores (head means), so that R is a query over
-  stored ŝ here as everywhere else (:meth:`Entry.profile`);
+  stored ŝ here as everywhere else (:meth:`Entry.profile`). Each is kept up to its last distance with a
+  value (a mask that reaches only so far leaves nothing beyond; the reader pads the codes back), and the
+  key-0 codes only past L: plan v4's rule for a store that would pass the data budget (all of them would
+  make data/ about 86 MB), so R without the sink at T = L is the one computed when the store was built;
 - ``window_entropy`` (windows, layers, blocks of 512 queries) float32: the mean attention entropy.
 
 :func:`load` gives it back as a :class:`ConfiguredStore`; its queries are in :mod:`attnres_helpers.configured_analysis`.
@@ -44,6 +47,7 @@ from .store import Profile, dequantize, quantize
 HEADER_KEY = "attnres-configurations"
 NLL_BLOCK = 512
 PASSKEY_FIELDS = ("distance", "kind", "query_at", "logprob", "correct")
+MISSING = torch.iinfo(torch.int16).min  # store.quantize's code for -inf (a distance with no pairs)
 SHARED_SETTINGS = ("plan", "model", "train_len", "n_windows", "key_sentence", "query_sentence")  # one per store
 
 
@@ -245,8 +249,9 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
         }
         if settings.get("plan") == "v4":
             entries[prefix] |= {"kind": settings["kind"], "remap": settings["remap"]}
-            for field in ("s_hat", "key0"):
+            for field in ("s_hat", "key0") if T > settings["train_len"] else ("s_hat",):  # plan v4's budget rule
                 codes, low, step = quantize(getattr(mean, field).float().mean(1))  # (layers, T): one head, the mean
+                codes = _defined_prefix(codes)
                 tensors |= {f"{prefix}/{field}": codes, f"{prefix}/{field}.low": low, f"{prefix}/{field}.step": step}
     for prefix, (info, old) in _kept_from(store, entries, common, folder).items():
         entries[prefix] = info
@@ -261,6 +266,13 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
     with exclusive(store):  # every store is written under its lock
         save_safetensors(store, tensors, {HEADER_KEY: json.dumps(about, allow_nan=False)})
     return store
+
+
+def _defined_prefix(codes: torch.Tensor) -> torch.Tensor:
+    """int16 codes ``(layers, T)`` up to the last distance that any layer has a value at (a mask that reaches
+    only so far leaves -inf beyond, coded -32768): the reader pads them back, so nothing is lost."""
+    defined = (codes != MISSING).any(0).nonzero()
+    return codes[:, : int(defined.max()) + 1 if len(defined) else 1].contiguous()
 
 
 def _kept_from(store: Path, entries: dict, common: dict, folder: Path) -> dict[str, tuple[dict, dict]]:
@@ -329,7 +341,16 @@ class Entry:
         blocks = self.nll_sum.double().sum(0) / self.nll_count.double().sum(0).clamp(min=1)
         nll = blocks.repeat_interleave(NLL_BLOCK)[: self.T]
         meta = {"encoding": "rope", "seed": 0, "train_len": self.train_len, "mask": self.mask}
-        return Profile(self.configuration, meta, self.T, False, self.s_hat[:, None], nll, self.key0[:, None])
+        key0 = None if self.key0 is None else self.key0[:, None]  # none inside L (plan v4's budget rule)
+        return Profile(self.configuration, meta, self.T, False, self.s_hat[:, None], nll, key0)
+
+    def layer_resolutions(self, sink: bool = True) -> torch.Tensor:
+        """R of every layer (float64) of the stored window-mean ŝ (:meth:`profile`), with or without the
+        first-token entries. Inside L plan v4's store keeps no key-0 scores (the plan's data-budget rule), so
+        there R without them is ``mean_r_sink_free``: R of the same window-mean ŝ without the first-token
+        entries, computed when the store was built."""
+        r = self.profile().layer_resolutions(sink=sink)
+        return self.mean_r_sink_free.double() if r is None else r
 
     def passed(self) -> torch.Tensor:
         """(W, trials) bool: every digit top-1."""
@@ -497,16 +518,19 @@ def _checked_entries(about, tensors: dict[str, torch.Tensor]) -> dict[tuple[str,
             raise ValueError(f"{prefix}/passkey/distance must be -1 for an absent key, else in 1..query_at")
         names = [f"{prefix}/{k}" for k in get] + [f"{prefix}/passkey/{k}" for k in PASSKEY_FIELDS]
         v4 = {}
-        if f"{prefix}/s_hat" in tensors or f"{prefix}/key0" in tensors:  # plan v4 on: both, as int16 codes
-            for field in ("s_hat", "key0"):
+        if f"{prefix}/s_hat" in tensors or f"{prefix}/key0" in tensors:  # plan v4 on: int16 codes
+            for field in ("s_hat", "key0") if T > L or f"{prefix}/key0" in tensors else ("s_hat",):
                 name_ = f"{prefix}/{field}"
-                _tensor(tensors, name_, torch.int16, (layers, T))
+                codes = _tensor(tensors, name_, torch.int16, (layers, None))
+                if not 1 <= codes.shape[1] <= T:
+                    raise ValueError(f"{name_} must hold 1 to {T} distances, got {codes.shape[1]}")
+                codes = torch.nn.functional.pad(codes, (0, T - codes.shape[1]), value=MISSING)  # build's trim undone
                 for suffix in (".low", ".step"):
                     _finite(name_ + suffix, _tensor(tensors, name_ + suffix, torch.float64, (layers, 1)))
                 if not (tensors[name_ + ".step"] > 0).all():
                     raise ValueError(f"{name_}.step must be > 0")
-                v4[field] = dequantize(tensors[name_], tensors[name_ + ".low"], tensors[name_ + ".step"])
-                if torch.isinf(v4[field][tensors[name_] != torch.iinfo(torch.int16).min]).any():
+                v4[field] = dequantize(codes, tensors[name_ + ".low"], tensors[name_ + ".step"])
+                if torch.isinf(v4[field][codes != MISSING]).any():
                     raise ValueError(f"{name_} decodes to values past float32's range")
                 names += [name_, name_ + ".low", name_ + ".step"]
         if f"{prefix}/window_entropy" in tensors:
@@ -541,6 +565,7 @@ def records(store: ConfiguredStore) -> list[dict]:
         if e.s_hat is not None:  # plan v4 on: R of the stored ŝ, recomputed here
             profile = e.profile()
             stored = {"": profile.layer_resolutions(), "_sink_free": profile.layer_resolutions(sink=False)}
+            stored = {tag: r for tag, r in stored.items() if r is not None}  # no key-0 codes inside L
         for layer in [*range(e.window_r.shape[1]), "mean"]:
             pick = (lambda t: t.mean(-1)) if layer == "mean" else (lambda t, i=layer: t[..., i])
             record = {

@@ -190,6 +190,31 @@ def v4_store(tmp_path):
     return cs.build(tmp_path / "w", tmp_path / "s.safetensors", KNOWN)
 
 
+def test_v4_codes_stop_at_the_last_distance_with_a_value_and_key0_is_kept_past_L_only(v4_store, tmp_path):
+    """bca's blocks of 512 reach 1023 tokens: its codes stop there and read back as -inf beyond, equal
+    to the window files' own means; inside L no key-0 codes (plan v4's budget rule), so R without the
+    sink there is the one the build computed, and ``results`` leaves the recomputed one out."""
+    with safe_open(v4_store, framework="pt") as f:
+        shapes = {n: tuple(f.get_slice(n).get_shape()) for n in f.keys()}
+    assert shapes[f"bca/{2 * L}/s_hat"] == shapes[f"bca/{2 * L}/key0"] == (LAYERS, 2 * 512)
+    assert shapes[f"as-trained/{2 * L}/s_hat"] == (LAYERS, 2 * L) and f"as-trained/{L}/key0" not in shapes
+    store = cs.load(v4_store)
+    bca = store.entry("bca", 2 * L)
+    n = torch.arange(2 * L, dtype=torch.float32)
+    assert torch.isinf(bca.s_hat[:, 1024:]).all() and torch.isinf(bca.key0[:, 1024:]).all()
+    step = 0.3 * 1023 / 65534  # store.quantize: the error is at most step / 2
+    assert torch.allclose(bca.s_hat[:, :1024], (-0.3 * n[:1024]).expand(LAYERS, -1), atol=step / 2 + 1e-6)
+    inside = store.entry("as-trained", L)
+    assert inside.key0 is None and inside.profile().layer_resolutions(sink=False) is None
+    assert torch.equal(inside.layer_resolutions(sink=False), inside.mean_r_sink_free.double())
+    # R of the int16 codes against R of the float means: a line this steep (0.5 a token) moves R by 1e-3
+    assert torch.allclose(inside.layer_resolutions(), inside.mean_r.double(), rtol=1e-2)
+    past = store.entry("as-trained", 2 * L)
+    assert torch.allclose(past.layer_resolutions(sink=False), past.mean_r_sink_free.double(), rtol=1e-2)
+    recs = [r for r in cs.records(store) if r.get("layer") == "mean" and r["configuration"] == "as-trained"]
+    assert {r["eval_len"]: "resolution_of_stored_s_hat_sink_free" in r for r in recs} == {L: False, 2 * L: True}
+
+
 class Header(str):
     """A store header's raw text, as a change returns it."""
 
@@ -250,7 +275,11 @@ MALFORMED_STORES = {  # issue 44 #4: each was accepted silently or raised KeyErr
         rf"{P}/nll_sum must be float32 \(2, 4\)",
     ),
     "no s_hat step": (lambda a, t: t.pop(f"{P}/s_hat.step"), rf"{P}/s_hat.step is missing"),
-    "key0 stored as floats": (_replace("key0", lambda t: t.float()), rf"{P}/key0 must be int16 \(2, {2 * L}\)"),
+    "key0 stored as floats": (_replace("key0", lambda t: t.float()), rf"{P}/key0 must be int16 \(2, n\)"),
+    "codes past T": (
+        _replace("s_hat", lambda t: torch.cat([t, t[:, :1]], 1)),
+        rf"{P}/s_hat must hold 1 to {2 * L} distances, got {2 * L + 1}",
+    ),
     "a step of 0": (_replace("s_hat.step", lambda t: t * 0), rf"{P}/s_hat.step must be > 0"),
     "NaN entropy": (_set("window_entropy", (0, 0, 0), math.nan), rf"{P}/window_entropy must be finite"),
     "entropy of another shape": (

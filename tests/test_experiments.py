@@ -172,13 +172,13 @@ def test_missing_extra_and_malformed_checkpoint_files_are_refused(tiny_run, tmp_
 def test_reproduce_reuses_finished_runs(tiny_run, monkeypatch):
     """A second reproduce trains nothing: train() finds each finished run and loads it (same wall time)."""
     root, store = tiny_run[0], tiny_run[1]
-    from attnres_helpers.experiments import runner
+    from attnres_helpers.experiments import work
 
     calls = []
-    real_train = runner.train
-    monkeypatch.setattr(runner, "train", lambda *a, **k: calls.append(k) or real_train(*a, **k))
+    real_train = work.train
+    monkeypatch.setattr(work, "train", lambda *a, **k: calls.append(k) or real_train(*a, **k))
     spec = experiments.default_dataset(root, store, ("rope",), (0,), **SETTINGS).specs[0]
-    summary = runner.train_spec(spec)
+    summary = work.train_spec(spec)
     saved = json.loads((experiments.checkpoint_dir("rope", 0, root) / "config.json").read_text())
     assert calls and summary["results"]["wall_s"] == saved["results"]["wall_s"]  # loaded, not retrained
 

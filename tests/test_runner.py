@@ -37,7 +37,7 @@ from helpers import (
 from attnres_helpers import experiments, files
 from attnres_helpers.__main__ import main as cli_main
 from attnres_helpers.checkpoints import RETRAIN, load_checkpoint, seal_root
-from attnres_helpers.experiments import distributed, runner
+from attnres_helpers.experiments import distributed, runner, work
 from attnres_helpers.experiments.specs import Dataset
 from attnres_helpers.store import average_heads, load_curves, load_profiles, save_profiles
 
@@ -428,9 +428,9 @@ def test_a_rerun_under_torchrun_merges_what_a_stopped_one_left_and_runs_the_rest
         "MASTER_PORT": str(port),
     }.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(runner, "_die_with_parent", lambda parent: None)  # not for the test process itself
-    ran, real = [], runner.train_and_measure
-    monkeypatch.setattr(runner, "train_and_measure", lambda spec, *a, **k: ran.append(spec.name) or real(spec, *a, **k))
+    monkeypatch.setattr(work, "die_with_parent", lambda parent: None)  # not for the test process itself
+    ran, real = [], work.train_and_measure
+    monkeypatch.setattr(work, "train_and_measure", lambda spec, *a, **k: ran.append(spec.name) or real(spec, *a, **k))
     kept = distributed.run_datasets_distributed([ds], progress=False)[ds.store]
     assert ran == ["alibi-s1"] and {p.run for p in kept} == {"rope-s0", "alibi-s1"}
     assert_same_tensors(ds.store, family.store)

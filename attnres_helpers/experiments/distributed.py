@@ -4,7 +4,7 @@ runs (one torch thread on a CPU, ``cuda:<local rank>`` on GPUs) and rewrites its
 store after each run; rank 0 holds the store's lock throughout and alone writes the store, merging the parts
 into it once every rank has finished (and, at the next start, any parts a stopped run left). The merged store
 holds the same tensors as a single-process run (tested on two CPU ranks). Everything else is
-:mod:`.runner`'s: the same plan, the same training and measuring, the same seals.
+:mod:`.work`'s, which the runner uses too: the same plan, the same training and measuring, the same seals.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from .. import files
 from ..store import Profile, as_stored, average_heads, save_profiles
 from ..torchrun import distributed_rank, process_group
-from . import runner  # everything goes through runner's names, so that a test's patch of them holds here too
+from . import work  # through work's names, so that a test's patch of them holds here too
 from .specs import Dataset, RunSpec
 
 
@@ -40,14 +40,14 @@ def _merge_parts(datasets: list[Dataset], written: set | None = None) -> dict[Pa
     stores rewritten."""
     kept = {}
     for ds in datasets:
-        profiles, curves, _ = runner._load(ds.store)
+        profiles, curves, _ = work.load_store(ds.store)
         parts = _parts(ds.store)
         for part in parts:
-            more, more_curves, about = runner._load(part)
+            more, more_curves, about = work.load_store(part)
             current = ds.current(more, more_curves, about)
             more_curves = {key: c for key, c in more_curves.items() if key[0] in current}
             new = as_stored([p for p in more if p.run in current], ds.dtype)
-            profiles, curves = runner._replace(profiles, curves, new, more_curves)
+            profiles, curves = work.replace_runs(profiles, curves, new, more_curves)
         if parts:
             save_profiles(ds.store, profiles, ds.about, ds.dtype, curves)
             for part in parts:
@@ -61,7 +61,7 @@ def _merge_parts(datasets: list[Dataset], written: set | None = None) -> dict[Pa
 def run_datasets_distributed(
     datasets: list[Dataset], device: str = "cpu", progress: bool = True, finished_only: bool = False
 ) -> dict[Path, list[Profile]] | None:
-    """:func:`run_datasets` across the processes of ``torchrun --nproc-per-node N`` (gloo, CPU or GPU).
+    """:func:`.runner.run_datasets` across the processes of ``torchrun --nproc-per-node N`` (gloo, CPU or GPU).
 
     Every rank plans the same runs from the stores; rank r trains and measures ``todo[r::N]`` in its own
     process (one torch thread on a CPU, ``cuda:<local rank>`` on GPUs), rewriting its part-store
@@ -77,11 +77,11 @@ def run_datasets_distributed(
             "with `torchrun --nproc-per-node N -m attnres_helpers ... --distributed`"
         )
     rank, world, local = env
-    runner._die_with_parent(os.getppid())  # each rank dies with torchrun's agent, as pool workers die with their parent
-    runner._check_inputs(datasets, _rank_device(device, local))
+    work.die_with_parent(os.getppid())  # each rank dies with torchrun's agent, as pool workers die with their parent
+    work.check_inputs(datasets, _rank_device(device, local))
     with process_group(), ExitStack() as held:
         if rank == 0:  # rank 0 holds every store's lock from the first merge to the last: the one writer
-            held.enter_context(runner._locks([Path(ds.store) for ds in datasets]))
+            held.enter_context(work.locks([Path(ds.store) for ds in datasets]))
         return _distributed(datasets, device, progress, finished_only, env)
 
 
@@ -99,14 +99,14 @@ def _distributed(datasets: list[Dataset], device: str, progress: bool, finished_
         _merge_parts(datasets, written)  # what a stopped run left
     dist.barrier()
     # the same plan on every rank: rank 0 has merged, nobody writes; rank 0 alone says what it keeps
-    _, _, todo, _ = runner._plan(datasets, finished_only, say=rank == 0)
+    _, _, todo, _ = work.plan_runs(datasets, finished_only, say=rank == 0)
     mine = todo[rank::world]
     parts = {ds.store: part_path(ds.store, rank, world) for ds in datasets}
     done: dict[Path, list[Profile]] = {store: [] for store in stores}
     curves: dict[Path, dict] = {store: {} for store in stores}
-    with runner._locks(sorted({parts[ds.store] for ds, _ in mine})):
+    with work.locks(sorted({parts[ds.store] for ds, _ in mine})):
         for ds, spec in tqdm(mine, desc=f"runs (rank {rank})", disable=not progress or rank != 0):
-            profiles, run_curves = runner.train_and_measure(spec, device, threads=torch.get_num_threads())
+            profiles, run_curves = work.train_and_measure(spec, device, threads=torch.get_num_threads())
             done[ds.store] += average_heads(profiles) if ds.average_heads else profiles
             curves[ds.store].update(run_curves)
             save_profiles(parts[ds.store], done[ds.store], ds.about, torch.float32, curves[ds.store])
@@ -114,8 +114,8 @@ def _distributed(datasets: list[Dataset], device: str, progress: bool, finished_
     kept = None
     if rank == 0:
         kept = _merge_parts(datasets, written)
-        runner._seal_roots(datasets)
-        runner._report(stores, kept, written, set())
+        work.seal_roots(datasets)
+        work.report(stores, kept, written, set())
     dist.barrier()
     return kept
 
@@ -139,15 +139,15 @@ def run_family_v2_distributed(
             "`torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed`"
         )
     rank, world, local = env
-    runner._check_inputs([dataset], _rank_device(device, local))
+    work.check_inputs([dataset], _rank_device(device, local))
     with process_group(), ExitStack() as held:
         if rank == 0:  # the store's lock from the first training step to the last write
             held.enter_context(files.exclusive(dataset.store))
         for spec in first[rank::world]:
-            runner.train_only(spec, _rank_device(device, local), threads=1)
+            work.train_only(spec, _rank_device(device, local), threads=1)
         dist.barrier()
         if rank == 0 and not measure_only:
-            runner.reuse_shipped(runs_root)
+            work.reuse_shipped(runs_root)
         dist.barrier()
         kept = _distributed([dataset], device, progress, measure_only, env)
     return None if kept is None else kept[dataset.store]

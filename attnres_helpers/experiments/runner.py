@@ -4,7 +4,9 @@ Each run trains in a worker process (one torch thread each: on 2 busy cores, two
 faster than one on two threads), reusing a finished run and resuming an interrupted one from its last
 checkpoint; then the worker measures the verified fp16 checkpoint (:func:`measure_spec`: ŝ, key-0
 scores and per-position NLL at k·L with and without BCA, and the copy probe where the spec asks). The
-parent rewrites the dataset's store after every finished run, atomically, holding its lock.
+parent rewrites the dataset's store after every finished run, atomically, holding its lock. One run's
+work and the plan over the stores are :mod:`.work`'s, which :mod:`.distributed` runs too; here are the
+pool of worker processes and the datasets.
 
 - **Stopping is safe.** Workers die with the parent (the kernel's parent-death signal, and a watchdog).
   A worker's error, or a store write that fails, stops the whole run at once: the runs in flight are
@@ -28,37 +30,23 @@ parent rewrites the dataset's store after every finished run, atomically, holdin
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import signal
-import threading
 import time
 from collections.abc import Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from contextlib import ExitStack, closing, contextmanager
+from contextlib import closing
 from functools import partial
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 
 from .. import files
-from ..checkpoints import (
-    load_checkpoint,
-    model_config,
-    read_json,
-    seal_root,
-    sha256sums,
-    verify_checkpoints,
-    verify_finished,
-)
-from ..data import load_splits
-from ..files import SUMS_FILE, atomic_write, write_text_atomic
-from ..measure import check_measure, measure_model
-from ..probe import copy_curve, copy_probes, gaps_for
+from ..checkpoints import model_config, read_json, sha256sums, verify_checkpoints, verify_finished
+from ..files import atomic_write, write_text_atomic
 from ..store import Profile, as_stored, average_heads, load_curves, load_profiles, records, save_profiles
-from ..train import check_training, train
+from .distributed import run_family_v2_distributed
 from .specs import (
     CHECKPOINTS,
     ENCODINGS,
@@ -74,98 +62,33 @@ from .specs import (
     checkpoint_dir,
     default_dataset,
     family_v2_dataset,
-    slug,
 )
-
-TRAINED_KEYS = ("train_loss", "val_loss", "wall_s", "tokens_per_s", "device")  # config.json results kept in a store
-
+from .work import (
+    check_inputs,
+    die_with_parent,
+    locks,
+    measure_spec,
+    plan_runs,
+    replace_runs,
+    report,
+    reuse_shipped,
+    seal_roots,
+    train_and_measure,
+    train_only,
+)
+from .work import train_spec as train_spec  # the package's name for it (experiments.train_spec)
 
 # ------------------------------------------------------------------------------------------ one run
 
 
-def train_spec(spec: RunSpec, device: str = "cpu", progress: bool = False) -> dict:
-    """Train ``spec`` (or reuse the finished run in its out_dir), checkpointing every 100 steps on a CPU;
-    returns config.json's content."""
-    _, summary = train(
-        spec.cfg,
-        seed=spec.seed,
-        out_dir=spec.out_dir,
-        checkpoint_every=100 if device == "cpu" else 0,
-        device=device,
-        progress=progress,
-        **spec.training,
-    )
-    return summary
-
-
-def measure_spec(spec: RunSpec, summary: dict, device: str = "cpu") -> tuple[list[Profile], dict]:
-    """Profiles of the checkpoint in ``spec.out_dir`` (verified, its fp16 weights as shipped) with the
-    spec's measuring settings, and its copy curves by (run, bca) where ``spec.probe``. The metadata gains
-    ``measure`` (multiples, n_windows) and ``trained``: the final losses, wall time and tokens/s."""
-    _, val_tokens = load_splits()
-    model = load_checkpoint(spec.out_dir).to(device)
-    meta = {**spec.stored_meta, "trained": {k: summary["results"][k] for k in TRAINED_KEYS}}
-    profiles = measure_model(model, val_tokens.to(device), spec.name, meta, **{**MEASURE, **spec.measure})
-    curves = {}
-    if spec.probe:
-        gaps = gaps_for(spec.cfg.train_len)
-        probes = copy_probes(val_tokens, max_gap=max(gaps))
-        for bca in (False, True) if model.supports_bca else (False,):
-            curves[(spec.name, bca)] = copy_curve(model, probes, gaps, bca)
-    return profiles, curves
-
-
-@contextmanager
-def _naming_the_run(spec: RunSpec):
-    """A worker's error, as one RuntimeError naming the run."""
-    try:
-        yield
-    except Exception as err:
-        raise RuntimeError(f"run {spec.name} ({spec.out_dir}): {type(err).__name__}: {err}") from None
-
-
-def train_and_measure(spec: RunSpec, device: str = "cpu", threads: int = 1) -> tuple[list[Profile], dict]:
-    """A worker's job: train, then measure ``spec``; errors name the run."""
-    torch.set_num_threads(threads)
-    with _naming_the_run(spec):
-        return measure_spec(spec, train_spec(spec, device), device)
-
-
-def train_only(spec: RunSpec, device: str = "cpu", threads: int = 1) -> None:
-    """A worker's job: train ``spec`` (no measuring); errors name the run."""
-    torch.set_num_threads(threads)
-    with _naming_the_run(spec):
-        train_spec(spec, device)
-
-
 # ------------------------------------------------------------------------------------------ the pool
-
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent: int) -> None:
-    """Exit when the parent process does (Linux's parent-death signal, and a watchdog thread for the rest),
-    so a killed command leaves no worker behind."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
 
 
 def _start_worker(parent: int, pids) -> None:
     """A pool worker's initializer: report this worker's pid (so :meth:`_Pool.terminate` can end it) and
     die with the parent."""
     pids.put(os.getpid())
-    _die_with_parent(parent)
+    die_with_parent(parent)
 
 
 class _Pool(ProcessPoolExecutor):
@@ -227,36 +150,6 @@ def _in_pool(work, tasks: list[tuple], jobs: int, desc: str, progress: bool, dea
     pool.shutdown(wait=True)
 
 
-def _load(path: Path) -> tuple[list[Profile], dict, dict]:
-    """A store's profiles, copy curves and header (all empty where there is no file)."""
-    if not Path(path).is_file():
-        return [], {}, {}
-    profiles, about = load_profiles(path)
-    return profiles, load_curves(path), about
-
-
-def _replace(profiles: list[Profile], curves: dict, new: list[Profile], new_curves: dict) -> tuple[list, dict]:
-    """``profiles`` and ``curves`` with the runs of ``new`` replaced by them."""
-    runs = {p.run for p in new}
-    kept_curves = {key: c for key, c in curves.items() if key[0] not in runs}
-    return [p for p in profiles if p.run not in runs] + new, {**kept_curves, **new_curves}
-
-
-def _check_inputs(datasets: list[Dataset], device: str) -> None:
-    """Every input, before any work: one store per dataset, each a file path; the device; each run's
-    training and measuring settings (an error names the run)."""
-    stores = [Path(ds.store) for ds in datasets]
-    if len(set(stores)) != len(stores):
-        raise ValueError("two datasets write the same store")
-    for ds in datasets:
-        if Path(ds.store).exists() and not Path(ds.store).is_file():
-            raise ValueError(f"store {ds.store} is a folder (or another non-file): give the path of a store file")
-        for spec in ds.specs:
-            with _naming_the_run(spec):
-                check_training(spec.cfg, spec.seed, device, **spec.training)
-                check_measure(**{**MEASURE, **spec.measure})
-
-
 def run_datasets(
     datasets: list[Dataset],
     device: str = "cpu",
@@ -271,92 +164,32 @@ def run_datasets(
     lock is held throughout; each store is rewritten after every finished run of it, atomically. With
     ``deadline_s``, runs not started within that many seconds are skipped. ``finished_only``: measure only
     the runs whose training has finished (config.json present), train nothing. ``drop``: runs taken out
-    of the stores (by name; see :func:`_plan`). A dataset with ``sums`` has its root sealed
+    of the stores (by name; see :func:`plan_runs`). A dataset with ``sums`` has its root sealed
     (:func:`seal_root`) once all its runs are trained. Prints a line per store: what was written, or
     that nothing needed measuring. Returns each store's profiles exactly as the store holds them
     (:func:`store.as_stored`)."""
-    _check_inputs(datasets, device)
-    with _locks([Path(ds.store) for ds in datasets]):
-        plan = _plan(datasets, finished_only, drop)
+    check_inputs(datasets, device)
+    with locks([Path(ds.store) for ds in datasets]):
+        plan = plan_runs(datasets, finished_only, drop)
         return _execute(datasets, plan, device, jobs, progress, deadline_s)
-
-
-def _plan(datasets: list[Dataset], finished_only: bool, drop: Collection[str] = (), say: bool = True) -> tuple:
-    """(held, curves, todo, written): what each store holds, every run in it but those in ``drop`` (a name
-    no store holds is an error), the runs still to do, the datasets' runs in turn, and the stores written
-    here. A store that loses a dropped run is written now, after a line naming each; a line names the
-    runs a store keeps as they are although its dataset does not list them (``say``: print the lines)."""
-    loaded = {ds.store: _load(ds.store) for ds in datasets}
-    unknown = sorted(set(drop) - {p.run for profiles, _, _ in loaded.values() for p in profiles})
-    if unknown:
-        raise ValueError(f"--drop {unknown[0]}: no run of that name in {', '.join(map(str, loaded))}")
-    held, curves, queues, written = {}, {}, [], set()
-    for ds in datasets:
-        profiles, stored_curves, about = loaded[ds.store]
-        runs, listed = sorted({p.run for p in profiles}), {s.name for s in ds.specs}
-        unlisted = [run for run in runs if run not in listed and run not in drop]
-        if unlisted and say:
-            print(
-                f"{ds.store} keeps, as they are, the runs its dataset does not list: {', '.join(unlisted)} (--drop RUN)"
-            )
-        held[ds.store] = [p for p in profiles if p.run not in drop]
-        curves[ds.store] = {key: c for key, c in stored_curves.items() if key[0] not in drop}
-        dropped = [run for run in runs if run in drop]
-        for run in dropped if say else ():
-            print(f"{ds.store}: dropping run {run} (--drop)")
-        if dropped:  # said first, then written
-            save_profiles(ds.store, held[ds.store], ds.about, ds.dtype, curves[ds.store])
-            written.add(ds.store)
-        current = ds.current(held[ds.store], curves[ds.store], about)
-        ready = [s for s in ds.specs if not finished_only or (s.out_dir / "config.json").is_file()]
-        queues.append([(ds, s) for s in ready if s.name not in current])
-    todo = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
-    return held, curves, todo, written
 
 
 def _execute(
     datasets: list[Dataset], plan: tuple, device: str, jobs: int, progress: bool, deadline_s: float | None = None
 ) -> dict[Path, list[Profile]]:
-    """The runs of ``plan`` (:func:`_plan`) in the pool, each store rewritten as each of its runs finishes
+    """The runs of ``plan`` (:func:`plan_runs`) in the pool, each store rewritten as each of its runs finishes
     (the caller holds the stores' locks); then the roots sealed and a line printed per store."""
     held, curves, todo, written = plan
     work = partial(train_and_measure, device=device)
     with closing(_in_pool(work, todo, jobs, "runs", progress, deadline_s)) as results:
         for ds, (profiles, run_curves) in results:  # each run's store written as soon as it finishes
             new = as_stored(average_heads(profiles) if ds.average_heads else profiles, ds.dtype)
-            held[ds.store], curves[ds.store] = _replace(held[ds.store], curves[ds.store], new, run_curves)
+            held[ds.store], curves[ds.store] = replace_runs(held[ds.store], curves[ds.store], new, run_curves)
             save_profiles(ds.store, held[ds.store], ds.about, ds.dtype, curves[ds.store])
             written.add(ds.store)
-    _seal_roots(datasets)
-    _report([ds.store for ds in datasets], held, written, {ds.store for ds, _ in todo})
+    seal_roots(datasets)
+    report([ds.store for ds in datasets], held, written, {ds.store for ds, _ in todo})
     return held
-
-
-def _report(stores: list[Path], held: dict, written: set, asked: set) -> None:
-    """One line per store: what was written to it, or why nothing was."""
-    for store in stores:
-        if store in written:
-            print(f"{len(held[store])} profiles written to {store}")
-        elif store in asked:
-            print(f"nothing written to {store}: none of its runs started before the deadline")
-        else:
-            print(f"nothing needed measuring: {store} already holds every run asked for; nothing written")
-
-
-def _seal_roots(datasets: list[Dataset]) -> None:
-    """:func:`seal_root` of each dataset's ``sums`` once all its runs are trained."""
-    for ds in datasets:
-        if ds.sums is not None and all((s.out_dir / "config.json").is_file() for s in ds.specs):
-            seal_root(ds.sums)
-
-
-@contextmanager
-def _locks(paths):
-    """Every store's lock held together (:func:`files.exclusive`), released in reverse order."""
-    with ExitStack() as held:
-        for path in paths:
-            held.enter_context(files.exclusive(path))
-        yield
 
 
 def train_specs(specs: list[RunSpec], device: str = "cpu", jobs: int = 2, progress: bool = True) -> None:
@@ -418,30 +251,6 @@ def checkpoint_spec(run_dir: Path, measure: dict) -> tuple[RunSpec, dict]:
     return RunSpec(Path(run_dir).name, cfg, train_summary["seed"], Path(run_dir), training, measure=measure), summary
 
 
-def reuse_shipped(runs_root: Path = FAMILY_V2_RUNS, shipped: Path = CHECKPOINTS) -> dict[str, bool]:
-    """For each setting of SHIPPED_AS whose seed 0 has been trained in ``runs_root``: True (and seeds 1, 2
-    copied in from ``shipped``, after verifying its SHA256SUMS) where that seed 0's model.safetensors
-    equals the shipped seed 0 byte for byte; False where it differs (those seeds are then trained). A copied
-    run keeps its own seal: model first, then SHA256SUMS, then config.json, which marks it finished."""
-    verify_checkpoints(shipped)
-    reused = {}
-    for label, encoding in SHIPPED_AS.items():
-        retrained = Path(runs_root) / f"{slug(label)}-s0" / "model.safetensors"
-        if not retrained.is_file():
-            continue
-        reused[label] = (
-            retrained.read_bytes() == (checkpoint_dir(encoding, 0, shipped) / "model.safetensors").read_bytes()
-        )
-        if not reused[label]:
-            continue
-        for seed in (1, 2):
-            target = Path(runs_root) / f"{slug(label)}-s{seed}"
-            for name in ("model.safetensors", SUMS_FILE, "config.json"):
-                data = (checkpoint_dir(encoding, seed, shipped) / name).read_bytes()
-                atomic_write(target / name, lambda tmp, data=data: Path(tmp).write_bytes(data))
-    return reused
-
-
 def run_family_v2(
     store: Path = FAMILY_V2_STORE,
     device: str = "cpu",
@@ -474,12 +283,10 @@ def run_family_v2(
     if distributed:
         if drop:
             raise ValueError("--drop is for a plain run: drop the runs first without --distributed")
-        from .distributed import run_family_v2_distributed
-
         return run_family_v2_distributed(dataset, first, device, progress, measure_only, runs_root)
-    _check_inputs([dataset], device)
+    check_inputs([dataset], device)
     with files.exclusive(store):  # the whole command: a second one on this store is refused at once
-        plan = _plan([dataset], measure_only, drop)
+        plan = plan_runs([dataset], measure_only, drop)
         if not measure_only:
             train_specs(first, device, jobs, progress)
             reuse_shipped(runs_root)

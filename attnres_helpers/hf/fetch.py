@@ -245,6 +245,6 @@ def resolve(name_or_path: str | Path) -> tuple[PretrainedModel | None, Path]:
 
 def load(entry: PretrainedModel, folder: Path | None = None) -> PreTrainedModel:
     """The verified converted model (float32, eval mode), loaded offline from safetensors only."""
-    from .pretrained import load_pretrained
+    from .folders import load_pretrained
 
     return load_pretrained(verify(entry, folder)).eval()

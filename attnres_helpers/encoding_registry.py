@@ -1,15 +1,18 @@
 """The trainable encodings, one entry each: everything outside the model's maths that an encoding needs
-(the shape of ``encodings.DESIGN_CURVES``, and of transformers' ``ROPE_INIT_FUNCTIONS``).
+(the shape of ``encodings.DESIGN_CURVES``).
 
 An entry says which design-time curve of ``encodings.DESIGN_CURVES`` stands for the trained model and
-with which parameters (:func:`design_params`, for ``stats.design_resolution``), where the model puts
-position (:attr:`TrainableEncoding.position`: whether BCA applies, which position module runs), how
-many bias parameters it learns, and how notebooks show it (its colour in notebook 05's figures, its
-row in the tables). ``model.MODEL_ENCODINGS``, ``model.LEARNED_BIASES``, ``TABLE_ORDER`` (the tables) and
-``family_plots.FAMILY_COLOURS`` are read from here.
+with which parameters (:func:`design_params`, for ``stats.design_resolution``), what kind of position it
+is (:attr:`TrainableEncoding.position`: whether BCA applies), how many bias parameters it learns, and how
+notebooks show it (its colour in notebook 05's figures, its row in the tables). ``model.MODEL_ENCODINGS``,
+``TABLE_ORDER`` (the tables) and ``family_plots.FAMILY_COLOURS`` are read from here. What the encoding
+does in the model is ``positions.ENCODING_POSITIONS[name]``, in the shape of `transformers`'
+``ROPE_INIT_FUNCTIONS``: a name maps to an object of one interface, which the model calls without
+branching on the name. This module needs no torch (a command line can list the names without it).
 
-To add an encoding: its entry here, its position module in ``model.py`` (next to the others), and, if
-its design-time curve is new, the curve in ``encodings.DESIGN_CURVES``. ``tests/test_encoding_registry.py``
+To add an encoding: its entry here and its :class:`positions.Position` in ``positions.ENCODING_POSITIONS``
+(an existing one where it is of an existing kind, a new class beside the others where not), and, if its
+design-time curve is new, the curve in ``encodings.DESIGN_CURVES``. ``tests/test_encoding_registry.py``
 says what is missing.
 """
 
@@ -34,8 +37,9 @@ class TrainableEncoding:
       initialisation (plan v2): T5's zero table is NoPE's flat curve, KERPLE's p = a = 1 the kerple-log curve.
     - ``design_params``: a ModelConfig as a dict (``cfg.to_dict()``) -> the keyword arguments of
       ``encodings.resolution_pair`` for that curve.
-    - ``position``: "absolute" (added to the input once; BCA cannot apply), "rotary" (q and k rotated),
-      "bias" (added to the scores) or "none" (the causal mask carries position).
+    - ``position``: its kind, "absolute" (added to the input once; BCA cannot apply), "rotary" (q and k
+      rotated), "bias" (added to the scores) or "none" (the causal mask carries position); what it does
+      is its ``positions.ENCODING_POSITIONS`` entry.
     - ``learned_per_head``: learned bias parameters per head in each layer (0 for none).
     - ``colour``: its matplotlib colour in notebook 05's figures; ``table_order``: its row in the tables.
     """
@@ -99,6 +103,7 @@ ENCODINGS: dict[str, TrainableEncoding] = {
     )
 }
 TABLE_ORDER = tuple(sorted(ENCODINGS, key=lambda name: ENCODINGS[name].table_order))
+DEFAULT_ENCODING = "rope"  # ModelConfig's encoding when none is given
 
 
 def design_params(encoding: str, model: dict) -> dict:

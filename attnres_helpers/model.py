@@ -1,21 +1,10 @@
 """A small decoder-only Transformer with a pluggable position encoding (nanoGPT-style).
 
-Pre-LN blocks, tied byte embeddings, GELU MLP. The position encoding is one of
-
-- ``sinusoidal``: Vaswani et al. 2017 §3.5, PE(pos, 2i) = sin(pos/10000^{2i/d}),
-  PE(pos, 2i+1) = cos(·), added to the token embeddings (scaled by √d, §3.4).
-- ``rope``: Su et al. (RoFormer) eq. 15, q and k rotated by angle pos·θ_i, θ_i = base^{-2i/d}.
-- ``xpos``: Sun et al. 2022 eq. 9, RoPE plus q·ζ_i^{m/B}, k·ζ_i^{-n/B} with
-  ζ_i = (2i/d + γ)/(1 + γ) (γ = 0.4 as in microsoft/torchscale; B = L/2 by default,
-  the paper's ratio of B = 512 to L = 1024).
-- ``alibi``: Press et al. 2022, score − m_h·(i − j), slopes m_h = 2^{-8h/H}, h = 1..H.
-- ``nope``: no positional signal; the causal mask carries position implicitly.
-- ``t5``: Raffel et al. 2020 §2.1, a learned scalar per head and distance bucket added to the
-  score (32 causal buckets: 16 exact distances, the rest log-spaced up to max_distance = max(L, 32)
-  (T5's own 128 at the default L), every farther distance in the last bucket); each layer has its
-  own table, initialised to zero.
-- ``kerple``: Chi et al. 2022, the log kernel −p_h·log(1 + a_h·(i − j)) added to the score, with
-  p_h, a_h learned per head and layer, clamped to >= 0.01 as in the official code; initialised to 1.
+Pre-LN blocks, tied byte embeddings, GELU MLP. The position encoding is any name of
+``encoding_registry.ENCODINGS``; what it does to positions (the parameters each layer learns for it, what
+it adds to the token embeddings, what it does to q and k, the bias it adds to the scores) is its
+:class:`positions.Position`, which the model calls without asking which encoding it is
+(:mod:`attnres_helpers.positions` says what each encoding does, with its paper).
 
 ``forward`` trains with ``F.scaled_dot_product_attention``; ``forward_with_scores`` runs
 the same weights through an explicit softmax and returns every layer's pre-softmax
@@ -34,12 +23,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import encoding_registry
-from .encoding_registry import T5_BUCKETS
+from .positions import ENCODING_POSITIONS, Position
+
+# the position maths, also read from here (notebook 03, benchmarks/bench_training.py)
+from .positions import alibi_slopes as alibi_slopes
+from .positions import apply_rotary as apply_rotary
+from .positions import sinusoidal_table as sinusoidal_table
 
 MODEL_ENCODINGS = tuple(encoding_registry.ENCODINGS)  # the trainable encodings, one entry each in encoding_registry
-# additive biases with learned parameters (one set per layer)
-LEARNED_BIASES = tuple(name for name, e in encoding_registry.ENCODINGS.items() if e.learned_per_head)
-KERPLE_MIN = 0.01  # KERPLE's clamp of p and a (Chi et al. 2022, official code)
 # Resource bounds, checked before anything is built: far above every configuration here (the large one has
 # 6.4M parameters), far below what would exhaust a machine's memory without a clear message.
 MAX_SIZES = {"train_len": 1 << 18, "n_layer": 1024, "n_head": 1024, "d_model": 1 << 16, "vocab_size": 1 << 20}
@@ -48,7 +39,7 @@ MAX_PARAMETERS = 10**9
 
 @dataclass(frozen=True)
 class ModelConfig:
-    encoding: str = "rope"
+    encoding: str = encoding_registry.DEFAULT_ENCODING
     train_len: int = 128  # L: the training context length
     n_layer: int = 4
     n_head: int = 4
@@ -108,6 +99,11 @@ class ModelConfig:
         return self.vocab_size * d + self.n_layer * block + 2 * d  # tied embedding, blocks, final LayerNorm
 
     @property
+    def position(self) -> Position:
+        """What this config's encoding does to positions (:data:`positions.ENCODING_POSITIONS`)."""
+        return ENCODING_POSITIONS[self.encoding]
+
+    @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
@@ -144,29 +140,10 @@ PRESETS = {
 
 
 def preset(name: str, **overrides) -> ModelConfig:
-    """A named preset with some fields replaced, e.g. ``preset("default", encoding="alibi")``."""
+    """A named preset with some fields replaced, e.g. ``preset("default", train_len=256)``."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
     return replace(PRESETS[name], **overrides)
-
-
-def alibi_slopes(n_head: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """ALiBi's head slopes (Press et al. 2022, §3): m_h = 2^{-8h/H}, h = 1..H, for H a power of two.
-    For other H, as in the official code: the slopes of the nearest lower power of two P, then every
-    other slope of 2P, up to H in all. Computed in float64, returned as ``dtype``; (H,)."""
-    power = 2 ** int(math.floor(math.log2(n_head)))
-    geometric = lambda h: 2.0 ** (-8.0 * torch.arange(1, h + 1, dtype=torch.float64) / h)  # noqa: E731
-    return torch.cat([geometric(power), geometric(2 * power)[0::2][: n_head - power]]).to(dtype)
-
-
-def sinusoidal_table(T: int, d: int) -> torch.Tensor:
-    """(T, d): PE(pos, 2i) = sin(pos/10000^{2i/d}), PE(pos, 2i+1) = cos(pos/10000^{2i/d})."""
-    pos = torch.arange(T, dtype=torch.float32)[:, None]
-    freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
-    pe = torch.zeros(T, d)
-    pe[:, 0::2] = torch.sin(pos * freq)
-    pe[:, 1::2] = torch.cos(pos * freq)
-    return pe
 
 
 def blockwise_causal_mask(T: int, block: int) -> torch.Tensor:
@@ -180,78 +157,25 @@ def blockwise_causal_mask(T: int, block: int) -> torch.Tensor:
     return (j <= i) & (j >= (i // block - 1) * block)
 
 
-def t5_buckets(distance: torch.Tensor, num_buckets: int = T5_BUCKETS, max_distance: int = 128) -> torch.Tensor:
-    """T5's causal bucket of each distance n >= 0 (Raffel et al. 2020; the same function as
-    ``encodings.t5_buckets``): n itself for n < num_buckets/2, then log-spaced up to max_distance,
-    every farther distance in bucket num_buckets − 1."""
-    exact = num_buckets // 2
-    n = distance.clamp(min=0)
-    log_spaced = (
-        exact
-        + (
-            torch.log(n.clamp(min=exact).double() / exact) / math.log(max_distance / exact) * (num_buckets - exact)
-        ).long()
-    )
-    return torch.where(n < exact, n, log_spaced.clamp(max=num_buckets - 1))
-
-
 class PositionInfo:
-    """Everything one forward pass needs about positions, built once and shared by all layers."""
+    """Everything one forward pass needs about positions, built once and shared by all layers: the mask,
+    the encoding's :class:`positions.Position` and the tables it built for length T."""
 
     def __init__(self, cfg: ModelConfig, T: int, device, bca: bool):
         self.cfg, self.T, self.bca = cfg, T, bca
         causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
         self.allowed = blockwise_causal_mask(T, cfg.train_len // 2).to(device) if bca else causal  # (T, T)
-        self.rotary = None
-        if encoding_registry.ENCODINGS[cfg.encoding].position == "rotary":
-            self.rotary = self._rotary(cfg, T, device)
-        self.bias = None  # fixed additive score bias (H, T, T), ALiBi only
-        self.distance = None  # i − j clamped at 0 (T, T), for the learned biases of each layer
-        if cfg.encoding in ("alibi", *LEARNED_BIASES):
-            self.distance = (torch.arange(T, device=device)[:, None] - torch.arange(T, device=device)[None, :]).clamp(
-                min=0
-            )
-        if cfg.encoding == "alibi":
-            slopes = alibi_slopes(cfg.n_head).to(device) * cfg.alibi_slope_scale
-            self.bias = -slopes[:, None, None] * self.distance.float()  # (H, T, T)
-        self.buckets = (
-            t5_buckets(self.distance, T5_BUCKETS, max(cfg.train_len, T5_BUCKETS)) if cfg.encoding == "t5" else None
-        )
+        self.position = cfg.position
+        self.tables = self.position.tables(cfg, T, device)  # e.g. RoPE's cos and sin, ALiBi's bias
 
-    @staticmethod
-    def _rotary(cfg: ModelConfig, T: int, device):
-        """cos, sin (T, d/2) and the xPos scales for q and k (T, d/2), or ones for RoPE."""
-        d = cfg.head_dim
-        theta = cfg.rope_base ** (-torch.arange(0, d, 2, device=device, dtype=torch.float32) / d)  # (d/2,)
-        pos = torch.arange(T, device=device, dtype=torch.float32)
-        angle = pos[:, None] * theta[None, :]  # (T, d/2)
-        if cfg.encoding == "xpos":
-            zeta = (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d + cfg.xpos_gamma) / (
-                1 + cfg.xpos_gamma
-            )
-            centred = (pos - T // 2)[:, None] / cfg.scale_base  # centred to stay in range (torchscale)
-            q_scale = zeta[None, :] ** centred  # (T, d/2)
-            k_scale = 1.0 / q_scale
-        else:
-            q_scale = k_scale = torch.ones_like(angle)
-        return angle.cos(), angle.sin(), q_scale, k_scale
-
-    def sdpa_mask(self, bias: torch.Tensor | None = None) -> torch.Tensor | None:
+    def sdpa_mask(self, bias: torch.Tensor | None) -> torch.Tensor | None:
         """What F.scaled_dot_product_attention needs: None (plain causal) or a float/bool mask;
-        ``bias`` (H, T, T) is a layer's learned bias, used in place of the fixed one."""
-        bias = self.bias if bias is None else bias
+        ``bias`` (H, T, T) is a layer's score bias, or None."""
         if bias is None and not self.bca:
             return None
         if bias is None:
             return self.allowed
         return bias.masked_fill(~self.allowed, float("-inf"))  # (H, T, T)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Rotate the pairs (x_i, x_{i+d/2}) by the position angle and scale them (x: (B, H, T, d))."""
-    x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, d/2) each
-    c, s = cos * scale, sin * scale  # (T, d/2)
-    return torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1)
 
 
 class CausalSelfAttention(nn.Module):
@@ -260,20 +184,8 @@ class CausalSelfAttention(nn.Module):
         self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        if cfg.encoding == "t5":
-            self.t5_bias = nn.Parameter(torch.zeros(T5_BUCKETS, cfg.n_head))  # (buckets, H)
-        if cfg.encoding == "kerple":
-            self.kerple_p = nn.Parameter(torch.ones(cfg.n_head))  # (H,)
-            self.kerple_a = nn.Parameter(torch.ones(cfg.n_head))  # (H,)
-
-    def learned_bias(self, pos: PositionInfo) -> torch.Tensor | None:
-        """This layer's learned additive bias (H, T, T) for T5 or KERPLE-log, else None."""
-        if pos.buckets is not None:
-            return self.t5_bias[pos.buckets].permute(2, 0, 1)  # (T, T, H) -> (H, T, T)
-        if pos.cfg.encoding == "kerple":
-            p, a = (t.clamp(min=KERPLE_MIN)[:, None, None] for t in (self.kerple_p, self.kerple_a))
-            return -p * torch.log1p(a * pos.distance.float())  # (H, T, T)
-        return None
+        for name, parameter in cfg.position.layer_parameters(cfg).items():  # T5's table, KERPLE's p and a
+            self.register_parameter(name, parameter)
 
     def forward(
         self, x: torch.Tensor, pos: PositionInfo, capture: bool = False
@@ -281,11 +193,8 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
-        if pos.rotary is not None:
-            cos, sin, q_scale, k_scale = pos.rotary
-            q, k = apply_rotary(q, cos, sin, q_scale), apply_rotary(k, cos, sin, k_scale)
-        bias = self.learned_bias(pos)
-        bias = pos.bias if bias is None else bias  # (H, T, T) or None
+        q, k = pos.position.rotate(q, k, pos.tables)  # RoPE's and xPos's rotation; others leave them
+        bias = pos.position.score_bias(pos.tables, self)  # (H, T, T) or None
         if capture:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, H, T, T)
             if bias is not None:
@@ -339,7 +248,7 @@ class Transformer(nn.Module):
 
     @property
     def supports_bca(self) -> bool:
-        """BCA needs a relative encoding: absolute positions (sinusoidal) are added once at the input."""
+        """BCA needs a relative encoding: absolute positions are added once, at the input."""
         return encoding_registry.ENCODINGS[self.cfg.encoding].relative
 
     def _run(self, idx: torch.Tensor, bca: bool, capture: bool):
@@ -349,9 +258,7 @@ class Transformer(nn.Module):
         if bca and not self.supports_bca:
             raise ValueError(f"BCA needs a relative encoding: {self.cfg.encoding} positions are absolute")
         pos = PositionInfo(self.cfg, T, idx.device, bca)
-        x = self.wte(idx)  # (B, T, C)
-        if self.cfg.encoding == "sinusoidal":
-            x = x * math.sqrt(self.cfg.d_model) + sinusoidal_table(T, self.cfg.d_model).to(x.device)
+        x = self.cfg.position.embed(self.wte(idx), self.cfg)  # (B, T, C), absolute positions added
         all_scores = []
         for block in self.blocks:
             x, scores = block(x, pos, capture)

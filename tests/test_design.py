@@ -19,6 +19,7 @@ LAYERS = [
         "metric",
         "model",
         "encoding_registry",
+        "positions",
         "probe",
         "passkey",
         "masks",

@@ -1,13 +1,16 @@
-"""The encoding registry: every trainable encoding has a complete entry that the model implements, and
-every list of encodings elsewhere is read from it. A failure says what to add."""
+"""The encoding registry: every trainable encoding has a complete entry that the model implements (through
+its ``positions.ENCODING_POSITIONS`` entry, model.py never naming an encoding), and every list of encodings
+elsewhere is read from it. A failure says what to add."""
 
+import ast
 import math
+import re
 
 import pytest
 import torch
 from matplotlib.colors import is_color_like
 
-from attnres_helpers import family_plots, model, tables
+from attnres_helpers import family_plots, model, positions, tables
 from attnres_helpers.encoding_registry import ENCODINGS, POSITIONS, TABLE_ORDER, design_params
 from attnres_helpers.encodings import DESIGN_CURVES, resolution_pair
 from attnres_helpers.stats import design_resolution
@@ -75,12 +78,12 @@ def test_the_model_implements_every_entry(name):
     if ENCODINGS[name].position == "none":
         assert spread < 1e-5
     else:
-        assert spread > 1e-4, f"{name}: the model puts no position into the scores: add its position module to model.py"
+        assert spread > 1e-4, f"{name}: the model puts no position into the scores: give it a Position in positions.py"
 
 
 def test_every_list_of_encodings_is_the_registrys():
     assert model.MODEL_ENCODINGS == tuple(ENCODINGS)
-    assert model.LEARNED_BIASES == tuple(name for name, e in ENCODINGS.items() if e.learned_per_head)
+    assert list(positions.ENCODING_POSITIONS) == list(ENCODINGS), "positions.ENCODING_POSITIONS: one per entry"
     assert family_plots.FAMILY_COLOURS == {name: e.colour for name, e in ENCODINGS.items()}
     assert list(family_plots.FAMILY_COLOURS) == list(ENCODINGS)  # the legends' order
     assert sorted(e.table_order for e in ENCODINGS.values()) == list(range(len(ENCODINGS))), "table_order: 0, 1, ..."
@@ -102,3 +105,38 @@ def test_design_params_of_an_unknown_encoding():
         design_params("fire", model.preset("default").to_dict())
     with pytest.raises(ValueError, match="no design-time curve"):
         design_params(["rope"], model.preset("default").to_dict())
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_each_position_does_what_its_entry_says(name):
+    """The Position of an entry acts where its kind says: an absolute one on the embeddings alone, a rotary one
+    on q and k alone, a bias on the scores alone (with as many learned parameters a head as the entry says),
+    none nowhere."""
+    cfg = model.preset("tiny", encoding=name)
+    position, kind = positions.ENCODING_POSITIONS[name], ENCODINGS[name].position
+    assert isinstance(position, positions.Position), f"{name}: ENCODING_POSITIONS holds no Position"
+    T = cfg.train_len
+    layer = model.CausalSelfAttention(cfg)
+    tables = position.tables(cfg, T, "cpu")
+    x, q = torch.randn(1, T, cfg.d_model), torch.randn(1, cfg.n_head, T, cfg.head_dim)
+    embedded = not torch.equal(position.embed(x, cfg), x)
+    rotated = not torch.equal(position.rotate(q, q, tables)[0], q)
+    biased = position.score_bias(tables, layer) is not None
+    assert (embedded, rotated, biased) == (kind == "absolute", kind == "rotary", kind == "bias"), name
+    learned = sum(p.numel() for p in position.layer_parameters(cfg).values())
+    assert learned == ENCODINGS[name].learned_per_head * cfg.n_head
+
+
+MODEL_SOURCE = (model.__file__, open(model.__file__).read())
+
+
+def test_model_py_names_no_encoding():
+    """model.py calls an encoding's Position and never asks which encoding it has: no ``encoding ==``,
+    ``!=`` or ``in``, and no encoding's name (as a word, a string, anywhere in the file)."""
+    path, source = MODEL_SOURCE
+    branches = re.findall(r"encoding\s*(?:==|!=|in\b)", source)
+    assert not branches, f"{path} branches on the encoding: {branches}"
+    strings = {n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert not strings & set(ENCODINGS), f"{path} names encodings {sorted(strings & set(ENCODINGS))}"
+    words = sorted({w for w in re.findall(r"\b\w+\b", source) if w in ENCODINGS})
+    assert not words, f"{path} names encodings {words}: say it in positions.py"

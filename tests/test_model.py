@@ -7,15 +7,8 @@ import torch
 
 from attnres_helpers.encodings import t5_buckets as t5_buckets_np
 from attnres_helpers.measure import attention_scores, measure_windows
-from attnres_helpers.model import (
-    MODEL_ENCODINGS,
-    ModelConfig,
-    Transformer,
-    alibi_slopes,
-    apply_rotary,
-    blockwise_causal_mask,
-    preset,
-)
+from attnres_helpers.model import MODEL_ENCODINGS, ModelConfig, Transformer, blockwise_causal_mask, preset
+from attnres_helpers.positions import ENCODING_POSITIONS, alibi_slopes, apply_rotary, t5_buckets
 from attnres_helpers.store import Profile, records
 
 
@@ -105,11 +98,9 @@ def test_rotary_scores_depend_only_on_distance(encoding):
     """With the same q and k at every position, the score is a function of i − j alone
     (xPos's ζ^{(i−j)/B} scaling included: it is relative too once q and k are scaled)."""
     cfg = preset("tiny", encoding=encoding, xpos_scale_base=8.0)
-    from attnres_helpers.model import PositionInfo
-
     T, d = 20, cfg.head_dim
-    pos = PositionInfo(cfg, T, "cpu", bca=False)
-    cos, sin, q_scale, k_scale = pos.rotary
+    tables = ENCODING_POSITIONS[encoding].tables(cfg, T, "cpu")
+    cos, sin, q_scale, k_scale = (tables[name] for name in ("cos", "sin", "q_scale", "k_scale"))
     v = torch.randn(1, 1, 1, d).expand(1, 1, T, d)
     w = torch.randn(1, 1, 1, d).expand(1, 1, T, d)
     s = apply_rotary(v, cos, sin, q_scale) @ apply_rotary(w, cos, sin, k_scale).transpose(-2, -1)  # (1,1,T,T)
@@ -118,8 +109,10 @@ def test_rotary_scores_depend_only_on_distance(encoding):
         diag = torch.diagonal(s, offset=-n)
         torch.testing.assert_close(diag, diag[0].expand_as(diag), atol=1e-4, rtol=1e-4)
     if encoding == "xpos":  # the decay is really there: xPos differs from plain RoPE far away
-        rope = PositionInfo(preset("tiny", encoding="rope"), T, "cpu", bca=False).rotary
-        s_rope = apply_rotary(v, *rope[:2], rope[2]) @ apply_rotary(w, *rope[:2], rope[3]).transpose(-2, -1)
+        rope = ENCODING_POSITIONS["rope"].tables(preset("tiny", encoding="rope"), T, "cpu")
+        s_rope = apply_rotary(v, rope["cos"], rope["sin"], rope["q_scale"]) @ apply_rotary(
+            w, rope["cos"], rope["sin"], rope["k_scale"]
+        ).transpose(-2, -1)
         assert not torch.allclose(s[-1, 0], s_rope[0, 0, -1, 0], atol=1e-3)
 
 
@@ -280,8 +273,6 @@ def test_measure_on_tiny_model_gives_finite_resolution(encoding):
 @pytest.mark.parametrize("max_distance", [32, 128, 500])
 def test_t5_buckets_equal_the_design_time_buckets(max_distance):
     """The model's torch buckets and encodings' numpy buckets are one function (exact, log-spaced, last)."""
-    from attnres_helpers.model import t5_buckets
-
     got = t5_buckets(torch.arange(2000), 32, max_distance).numpy()
     want = t5_buckets_np(2000, 32, max_distance)
     assert (got == want).all() and got[15] == 15 and got[-1] == 31

@@ -192,14 +192,14 @@ DISTRIBUTED_DRIVER = (
     DRIVER_PRELUDE
     + """import os
 from pathlib import Path
-from attnres_helpers.experiments import distributed, runner
-real = runner.train_and_measure
+from attnres_helpers.experiments import distributed, work
+real = work.train_and_measure
 log = Path(sys.argv[2]) / f"rank-{os.environ['RANK']}.txt"
 def logged(spec, *args, **kwargs):
     with open(log, "a") as f:
         f.write(spec.name + "\\n")
     return real(spec, *args, **kwargs)
-runner.train_and_measure = logged
+work.train_and_measure = logged
 distributed.run_datasets_distributed([t.family_dataset(Path(sys.argv[2]))], progress=False)
 """
 )

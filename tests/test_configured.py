@@ -330,7 +330,7 @@ def test_results_on_a_malformed_configurations_store_is_one_line(v4_store, cli):
     """Issue 44 #4: a NaN sink-free R was printed as null, and the text form failed on it."""
     bad = rewritten(v4_store, _set("window_r_sink_free", (0, 0), math.nan))
     for form in (["--json"], []):
-        result = cli("results", "--store", str(bad), *form)
+        result = cli("results", str(bad), *form)
         assert result.returncode == 1 and result.stdout == "", result.stdout
         assert result.stderr.splitlines() == [
             f"error: configurations store {bad}: {P}/window_r_sink_free has NaN or inf"
@@ -438,9 +438,10 @@ def toy_model(tmp_path):
 
 
 def test_build_only_writes_only_a_configurations_store(tmp_path, toy_model, cli):
-    """Issue 44 #2: `configurations --build-only --store FILE` overwrote an ordinary store, a sinks file or a
-    text file and exited 0, and `--store ""` meant the shipped store. Each is one line before any write, the
-    file unchanged; a configurations store is built again in place."""
+    """Issue 44 #2: `configurations --build-only --store FILE` (now `measure MODEL --configuration NAME
+    --build-only --store FILE`) overwrote an ordinary store, a sinks file or a text file and exited 0, and
+    `--store ""` meant the shipped store. Each is one line before any write, the file unchanged; a
+    configurations store is built again in place."""
     for w in range(2):
         window_file(tmp_path / "w", "as-trained", L, w, 0.5, True)
     ordinary = tmp_path / "default.safetensors"
@@ -457,7 +458,7 @@ def test_build_only_writes_only_a_configurations_store(tmp_path, toy_model, cli)
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)  # never opened: it would block
     before = {p: p.read_bytes() for p in (ordinary, sinks, text)}
-    base = ["configurations", "--model", str(toy_model), "--work", str(tmp_path / "w"), "--build-only", "--quiet"]
+    base = ["measure", str(toy_model), "--configuration", "as-trained", "--work", str(tmp_path / "w"), "--build-only"]
     for store in (ordinary, sinks, text, folder, pipe):
         result = cli(*base, "--store", str(store))
         assert result.returncode == 1 and result.stderr.splitlines() == [
@@ -477,7 +478,7 @@ def test_build_only_over_a_malformed_window_file_is_one_line(tmp_path, toy_model
     """Issue 44 #7 and #8 from the command line: one line naming the file, status 1."""
     window_file(tmp_path / "w", "as-trained", L, 0, 0.5, True)
     path = _window_changed(tmp_path / "w", lambda s, tr, t: tr[0].pop("query_at"))
-    base = ["configurations", "--model", str(toy_model), "--work", str(tmp_path / "w"), "--build-only", "--quiet"]
+    base = ["measure", str(toy_model), "--configuration", "as-trained", "--work", str(tmp_path / "w"), "--build-only"]
     result = cli(*base, "--store", str(tmp_path / "s.safetensors"))
     assert result.returncode == 1 and result.stderr.splitlines() == [
         f"error: window file {path}: trial 0 lacks query_at; delete it to redo"

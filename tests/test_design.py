@@ -45,7 +45,7 @@ LAYERS = [
         "plan_v3_review",
         "plan_v4",
     },  # queries and pictures over stores
-    {"__main__", "__init__"},
+    {"__main__", "__init__", "cli"},  # the command line (cli: its parser, which imports no package module)
 ]
 # Modules that may compute R from scores of their own (design-time curves and illustrative profiles),
 # against those that read stored ŝ and must ask the store (Profile.layer_resolutions).

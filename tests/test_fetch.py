@@ -141,7 +141,7 @@ def _flip_a_byte(folder):
 def test_a_refused_converted_folder_names_the_command_that_replaces_it(converted, damage):
     cache, folder = converted
     damage(folder)
-    advice = "`python -m attnres_helpers fetch-pretrained --force smollm2-135m-instruct`"
+    advice = "`attnres fetch --force smollm2-135m-instruct`"
     for attempt in (lambda: fetch.verify(SMOLLM2, folder), lambda: fetch.ensure(SMOLLM2, cache)):
         with pytest.raises((ValueError, FileNotFoundError)) as err:
             attempt()
@@ -151,11 +151,11 @@ def test_a_refused_converted_folder_names_the_command_that_replaces_it(converted
     assert sorted(p.name for p in cache.iterdir()) == [SMOLLM2.name]  # the old folder is not left beside it
 
 
-def test_fetch_pretrained_force_replaces_the_converted_folder(cli, monkeypatch, tmp_path):
+def test_fetch_force_replaces_the_converted_folder(cli, monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(fetch, "ensure", lambda entry, force: calls.append((entry.name, force)) or tmp_path)
-    assert cli("fetch-pretrained", "--force", SMOLLM2.name).returncode == 0
-    assert cli("fetch-pretrained", SMOLLM2.name).returncode == 0
+    assert cli("fetch", "--force", SMOLLM2.name).returncode == 0
+    assert cli("fetch", SMOLLM2.name).returncode == 0
     assert calls == [(SMOLLM2.name, True), (SMOLLM2.name, False)]
 
 
@@ -202,7 +202,7 @@ def test_sigterm_ends_a_command_as_sigint_does_and_its_temporaries_go(converted,
     monkeypatch.setattr(fetch, "ensure", lambda entry, force: real_ensure(entry, cache, force))
     previous = signal.signal(signal.SIGTERM, guard)
     try:
-        out = cli("fetch-pretrained", "--force", SMOLLM2.name)
+        out = cli("fetch", "--force", SMOLLM2.name)
         assert signal.getsignal(signal.SIGTERM) is guard
     finally:
         signal.signal(signal.SIGTERM, previous)

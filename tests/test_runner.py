@@ -171,13 +171,13 @@ def test_family_v2_holds_the_store_lock_for_the_whole_command(ds, family_v2, mon
 
 def test_family_v2_measure_only_with_nothing_to_measure_says_so_and_writes_nothing(ds, family_v2, cli):
     before = ds.store.stat()
-    result = cli("family-v2", "--measure-only")
+    result = cli("reproduce", "family-v2", "--measure-only")
     assert result.returncode == 0
     assert result.stdout == f"nothing needed measuring: {ds.store} already holds every run asked for; nothing written\n"
     after = ds.store.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     # --drop reaches the runner; a dropped run the dataset lists (trained) is measured again
-    result = cli("family-v2", "--measure-only", "--drop", "alibi-s1")
+    result = cli("reproduce", "family-v2", "--measure-only", "--drop", "alibi-s1")
     assert result.stdout.splitlines() == [
         f"{ds.store}: dropping run alibi-s1 (--drop)",
         f"{len(load_profiles(ds.store)[0])} profiles written to {ds.store}",
@@ -473,18 +473,19 @@ def test_family_v2_distributed_is_for_torchrun_only(monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["family-v2", "--distributed"])
+        cli_main(["reproduce", "family-v2", "--distributed"])
     assert one_line(exit_info) == (
-        "error: --distributed needs torchrun: `torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed`"
+        "error: --distributed needs torchrun: "
+        "`torchrun --nproc-per-node N -m attnres_helpers reproduce family-v2 --distributed`"
     )
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["family-v2"])
+        cli_main(["reproduce", "family-v2"])
     assert one_line(exit_info) == (
         "error: started by torchrun (RANK and WORLD_SIZE are set): pass --distributed, or run it with plain python"
     )
     monkeypatch.setenv("RANK", "2")
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["family-v2", "--distributed"])
+        cli_main(["reproduce", "family-v2", "--distributed"])
     assert one_line(exit_info) == "error: RANK must be in [0, WORLD_SIZE), got RANK=2, WORLD_SIZE=2"

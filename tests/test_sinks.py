@@ -96,5 +96,5 @@ def test_sinks_arguments_are_checked_before_any_model_loads(cli, monkeypatch, ar
     from attnres_helpers.hf import fetch
 
     monkeypatch.setattr(fetch, "load", lambda *a, **k: pytest.fail("a model was loaded"))
-    out = cli("sinks", *args)
+    out = cli("reproduce", "sinks", *args)
     assert out.returncode == 1 and out.stderr.splitlines() == [f"error: {message}"]

@@ -377,12 +377,12 @@ def test_records_refuse_bad_queries():
 
 def test_cli_results_json_is_the_records_of_the_store(cli, store):
     expected = records(load_profiles(store)[0])
-    zero = cli("results", "--store", str(store), "--json")
+    zero = cli("results", str(store), "--json")
     assert zero.returncode == 0, zero.stderr
     printed = json.loads(zero.stdout)
     assert len(printed) == len(expected) == 40
     assert printed == json.loads(json.dumps(expected))
-    drop = cli("results", "--store", str(store), "--json", "--boundary", "drop")
+    drop = cli("results", str(store), "--json", "--boundary", "drop")
     assert drop.returncode == 0, drop.stderr
     printed_drop = json.loads(drop.stdout)
     assert printed_drop == json.loads(json.dumps(records(load_profiles(store)[0], "drop")))
@@ -392,12 +392,12 @@ def test_cli_results_json_is_the_records_of_the_store(cli, store):
 
 
 def test_cli_results_errors_are_one_line(cli, tmp_path):
-    missing = cli("results", "--store", str(tmp_path / "none.safetensors"), "--json")
+    missing = cli("results", str(tmp_path / "none.safetensors"), "--json")
     assert missing.returncode != 0 and missing.stdout == ""
     assert missing.stderr.splitlines() == [f"error: measurement store {tmp_path / 'none.safetensors'} is missing"]
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x00" * 64)
-    corrupt = cli("results", "--store", str(bad))
+    corrupt = cli("results", str(bad))
     assert corrupt.returncode != 0 and len(corrupt.stderr.splitlines()) == 1 and "Traceback" not in corrupt.stderr
     assert corrupt.stderr.startswith(f"error: measurement store {bad} is corrupt")
 
@@ -413,7 +413,7 @@ def test_cli_measure_prints_the_records_results_prints_for_the_same_measurement(
     monkeypatch.setattr(experiments, "measure_checkpoints", lambda progress=True: profiles)
     path = tmp_path / "shipped.safetensors"
     save_profiles(path, profiles, dtype=experiments.default_dataset().dtype)
-    cli_main(["results", "--json", "--store", str(path)])
+    cli_main(["results", "--json", str(path)])
     from_store = json.loads(capsys.readouterr().out)
     cli_main(["measure", "--json"])
     measured = json.loads(capsys.readouterr().out)
@@ -421,7 +421,7 @@ def test_cli_measure_prints_the_records_results_prints_for_the_same_measurement(
 
 
 def test_cli_results_text(store, capsys):
-    cli_main(["results", "--store", str(store)])
+    cli_main(["results", str(store)])
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 * 2  # every profile: the layer mean and the upper layers, mean-scores
     recs = by_key(records(load_profiles(store)[0]))
@@ -659,7 +659,7 @@ def test_store_metadata_that_lies_is_refused_at_read(profile, tmp_path, change, 
         load_profiles(path)
     assert str(err.value) == f"measurement store {path}: entry 'rope-s0/32/0' is malformed ({message})"
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["results", "--json", "--store", str(path)])
+        cli_main(["results", "--json", str(path)])
     assert one_line(exit_info) == f"error: {err.value}"
 
 
@@ -680,17 +680,17 @@ def test_nll_past_exps_range_is_an_infinite_perplexity_and_valid_json(profile, t
     path = tmp_path / "huge.safetensors"
     save_profiles(path, [huge])
     assert {r["perplexity"] for r in records([huge])} == {math.inf}
-    cli_main(["results", "--json", "--store", str(path)])
+    cli_main(["results", "--json", str(path)])
     out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert {(r["perplexity"], r["perplexity_first_L"], r["perplexity_past_L"]) for r in out} == {(None, None, None)}
-    cli_main(["results", "--store", str(path)])  # the text form: inf, no OverflowError
+    cli_main(["results", str(path)])  # the text form: inf, no OverflowError
     assert "ppl <L inf" in capsys.readouterr().out
 
 
 def test_results_store_empty_string_is_refused():
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["results", "--store", ""])
-    assert one_line(exit_info) == "error: --store must name a store file, got an empty string"
+        cli_main(["results", ""])
+    assert one_line(exit_info) == "error: STORE must name a store file, got an empty string"
 
 
 def test_a_float16_store_refuses_values_it_cannot_hold(profile, tmp_path):
@@ -747,9 +747,9 @@ def test_a_store_that_is_not_a_regular_file_is_refused_unopened(cli, fifo, tmp_p
         with pytest.raises(ValueError) as err:
             read(fifo)
         assert str(err.value) == message, read
-    out = cli("results", "--store", str(fifo))
+    out = cli("results", str(fifo))
     assert out.returncode == 1 and out.stderr.splitlines() == [f"error: {message}"]
-    out = cli("results", "--store", str(tmp_path))
+    out = cli("results", str(tmp_path))
     assert out.stderr.splitlines() == [
         f"error: measurement store {tmp_path} is a folder, not a regular file; give a regular file"
     ]
@@ -773,5 +773,5 @@ def test_a_shipped_file_of_another_kind_is_named_with_what_reads_it(cli, name, k
     message = str(err.value)
     assert message.startswith(f"{STORES[name]} is {kind}") and reader in message and "\n" not in message, message
     if name != "configurations":  # results prints that one
-        out = cli("results", "--store", str(STORES[name]))
+        out = cli("results", str(STORES[name]))
         assert out.returncode == 1 and out.stderr.splitlines() == [f"error: {message}"]

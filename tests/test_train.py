@@ -505,7 +505,7 @@ def test_cli_train_bad_arguments_are_usage_errors(cli, tmp_path, args, message):
     out = tmp_path / "run"
     result = cli("train", "--preset", "tiny", "--quiet", "--out", str(out), *args)
     assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
-    assert result.stderr.splitlines() == [f"python -m attnres_helpers train: error: {message} (see --help)"]
+    assert result.stderr.splitlines() == [f"attnres train: error: {message} (see --help)"]
     assert not out.exists()
 
 
@@ -615,7 +615,7 @@ def test_train_threads_are_bounded(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli_main(["train", "--preset", "tiny", "--threads", "100000", "--out", str(tmp_path / "run")])
     assert exit_info.value.code == 2 and capsys.readouterr().err.splitlines() == [
-        f"python -m attnres_helpers train: error: argument --threads: must be at most {most} (4 x the "
+        f"attnres train: error: argument --threads: must be at most {most} (4 x the "
         f"{os.cpu_count()} CPUs), got 100000 (see --help)"
     ]
     assert not (tmp_path / "run").exists()

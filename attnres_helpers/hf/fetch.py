@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 def fetch_command(entry: PretrainedModel, force: bool = False) -> str:
     """The command that fetches and converts ``entry``; ``force``: replacing a converted folder there is."""
-    return f"python -m attnres_helpers fetch-pretrained {'--force ' if force else ''}{entry.name}"
+    return f"attnres fetch {'--force ' if force else ''}{entry.name}"
 
 
 def _temporary(path: Path) -> Path:

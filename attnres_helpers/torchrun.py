@@ -1,7 +1,8 @@
 """Where torchrun started this process: its rank and world, and torch.distributed's gloo group.
 
-Used by every command that shares its jobs between torchrun's ranks (``family-v2 --distributed``,
-``configurations``); without torchrun's environment a process is rank 0 of 1 and opens no group.
+Used by every command that shares its jobs between torchrun's ranks (``reproduce family-v2 --distributed``,
+``measure MODEL --configuration``, ``reproduce configurations``); without torchrun's environment a process
+is rank 0 of 1 and opens no group.
 """
 
 from __future__ import annotations

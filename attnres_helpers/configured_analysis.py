@@ -6,24 +6,34 @@ Every number is a query over the store of :mod:`attnres_helpers.configured_store
 **window bootstrap** resamples the windows of a length with replacement, jointly for every configuration
 (they share the windows), ``n_resamples`` times, and gives the percentile interval at
 ``confidence_level`` (scipy.stats' names). The test across configurations is Spearman's ρ with the
-exact permutation p over every ordering of the configurations (two-sided, mid-ranks).
+exact permutation p over every ordering of the configurations (two-sided, mid-ranks;
+:func:`attnres_helpers.stats.spearman_permutation_test`, sampled beyond :data:`PERMUTATIONS` orderings), as a
+:class:`attnres_helpers.stats.CorrelationResult`; each number with its interval a
+:class:`attnres_helpers.stats.BootstrapResult`.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from .configured_store import ConfiguredStore, nll_mean
 from .passkey import KINDS
-from .stats import Estimate, average_ranks, constant_rows, percentile_interval, spearman_rows
+from .stats import (
+    BootstrapResult,
+    ConfidenceInterval,
+    CorrelationResult,
+    constant_rows,
+    percentile_interval,
+    spearman_permutation_test,
+    spearman_rows,
+)
 
 VALIDITY = {"within_L": 0.5, "ceiling": 0.9, "absent": 0.05}  # plan v3's validity bars
 WITHIN_L_FRACTION = 0.5
 L_WINDOW_KEYS = ("R(L)", "R(L) sink-free", "passkey ≤ L/2 at L", "ceiling at L", "absent at L")  # from windows of L
+PERMUTATIONS = math.factorial(9)  # every ordering of up to 9 configurations counted; this many sampled beyond
 
 
 def window_draws(n_windows: int, n_resamples: int, rng) -> np.ndarray:
@@ -31,14 +41,14 @@ def window_draws(n_windows: int, n_resamples: int, rng) -> np.ndarray:
     return np.random.default_rng(rng).integers(0, n_windows, size=(n_resamples, n_windows))
 
 
-def _estimate(per_window: np.ndarray, draws: np.ndarray, confidence_level: float, ratio_of=None) -> Estimate:
+def _estimate(per_window: np.ndarray, draws: np.ndarray, confidence_level: float, ratio_of=None) -> BootstrapResult:
     """Mean over windows (or the ratio of two such means) with the interval over ``draws``."""
     if ratio_of is None:
         boot = per_window[draws].mean(-1)
-        return Estimate(float(per_window.mean()), *percentile_interval(boot, confidence_level, "the mean"))
+        return BootstrapResult(float(per_window.mean()), percentile_interval(boot, confidence_level, "the mean"))
     num, den = per_window, ratio_of
     boot = num[draws[0]].mean(-1) / den[draws[1]].mean(-1)
-    return Estimate(float(num.mean() / den.mean()), *percentile_interval(boot, confidence_level, "the ratio"))
+    return BootstrapResult(float(num.mean() / den.mean()), percentile_interval(boot, confidence_level, "the ratio"))
 
 
 def per_window(store: ConfiguredStore, configuration: str) -> dict[str, np.ndarray]:
@@ -76,8 +86,8 @@ def fraction_passed(passed: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def summary(
     store: ConfiguredStore, n_resamples: int = 10_000, confidence_level: float = 0.95, rng: int = 0
-) -> dict[str, dict[str, Estimate]]:
-    """{configuration: {quantity: Estimate}} for every configuration in the store (the quantities of the
+) -> dict[str, dict[str, BootstrapResult]]:
+    """{configuration: {quantity: BootstrapResult}} for every configuration in the store (the quantities of the
     lengths it has); the drop R(2L)/R(L) is the ratio of the two window means. Windows are resampled
     jointly for every configuration: the same draws wherever the window count is the same."""
     draws = {}  # the same draws for every configuration: by (length, window count)
@@ -107,35 +117,6 @@ def _has_both(store: ConfiguredStore, name: str, L: int) -> bool:
     return True
 
 
-def exact_permutation_spearman(x, y) -> tuple[float, float]:
-    """(ρ, two-sided exact p): p is the share of all n! orderings of y whose |ρ| is at least the
-    observed |ρ| (up to 1e-12). For n <= 9."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) != len(y) or not 3 <= len(x) <= 9:
-        raise ValueError(f"exact permutation needs 3 to 9 paired values, got {len(x)} and {len(y)}")
-    rx, ry = average_ranks(x), average_ranks(y)
-    if np.all(rx == rx[0]) or np.all(ry == ry[0]):
-        return math.nan, math.nan
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    scale = np.sqrt((rx**2).sum() * (ry**2).sum())
-    rho = float(rx @ ry / scale)
-    perms = np.array(list(itertools.permutations(range(len(y)))))
-    rhos = ry[perms] @ rx / scale
-    return rho, float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))
-
-
-@dataclass(frozen=True)
-class CrossTest:
-    predictor: str
-    outcome: str
-    n: int
-    rho: float
-    p: float
-    low: float
-    high: float
-    largest_tie: int  # configurations sharing one outcome value
-
-
 def cross_test(
     store: ConfiguredStore,
     predictor: str,
@@ -143,10 +124,11 @@ def cross_test(
     n_resamples: int = 10_000,
     confidence_level: float = 0.95,
     rng: int = 0,
-) -> CrossTest:
-    """ρ over the configurations between the window means of ``predictor`` and ``outcome``, its exact
-    permutation p, and its window-bootstrap interval (windows resampled jointly; resamples where either
-    side is constant are left out)."""
+    permutations: int = PERMUTATIONS,
+) -> CorrelationResult:
+    """ρ over the configurations between the window means of ``predictor`` and ``outcome``, its permutation
+    p (exact while n! ≤ ``permutations``), and its window-bootstrap interval (windows resampled jointly;
+    resamples where either side is constant are left out). ρ and p are NaN where a side is constant."""
     L = store.train_len
     names = [c for c in store.configurations() if _has_both(store, c, L)]
     values = {c: per_window(store, c) for c in names}
@@ -164,7 +146,10 @@ def cross_test(
     all_L, all_2L = np.arange(W_L), np.arange(W_2L)
     x = np.array([mean(c, predictor, all_L, all_2L) for c in names])
     y = np.array([mean(c, outcome, all_L, all_2L) for c in names])
-    rho, p = exact_permutation_spearman(x, y)
+    rho, p, exact = math.nan, math.nan, False
+    if np.ptp(x) > 0 and np.ptp(y) > 0:  # else a side is constant: nothing to rank
+        test = spearman_permutation_test(x, y, n_resamples=permutations)
+        rho, p, exact = test.statistic, test.pvalue, math.factorial(len(x)) <= permutations
     d_L, d_2L = window_draws(W_L, n_resamples, rng), window_draws(W_2L, n_resamples, rng + 1)
     xb = np.stack([mean(c, predictor, d_L, d_2L) for c in names], axis=1)  # (B, configurations)
     yb = np.stack([mean(c, outcome, d_L, d_2L) for c in names], axis=1)
@@ -173,17 +158,26 @@ def cross_test(
     a = 100 * (1 - confidence_level) / 2
     low, high = np.percentile(boot, [a, 100 - a]) if len(boot) else (math.nan, math.nan)
     largest_tie = max(np.unique(np.round(y, 12), return_counts=True)[1])
-    return CrossTest(predictor, outcome, len(names), rho, p, float(low), float(high), int(largest_tie))
+    return CorrelationResult(
+        rho,
+        ConfidenceInterval(float(low), float(high)),
+        len(names),
+        p,
+        predictor,
+        outcome,
+        exact,
+        largest_tie=int(largest_tie),
+    )
 
 
-def validity(summaries: dict[str, dict[str, Estimate]]) -> tuple[bool, str]:
+def validity(summaries: dict[str, dict[str, BootstrapResult]]) -> tuple[bool, str]:
     """Plan v3's validity check on the model as trained at T = L: (passes, the sentence that says so)."""
     row = summaries["as-trained"]
     within, ceiling, absent = row["passkey ≤ L/2 at L"], row["ceiling at L"], row["absent at L"]
     checks = [
-        within.value >= VALIDITY["within_L"] and within.low > absent.value,
-        ceiling.value >= VALIDITY["ceiling"],
-        absent.value <= VALIDITY["absent"],
+        within.statistic >= VALIDITY["within_L"] and within.confidence_interval.low > absent.statistic,
+        ceiling.statistic >= VALIDITY["ceiling"],
+        absent.statistic <= VALIDITY["absent"],
     ]
     ok = all(checks)
     text = (
@@ -198,15 +192,14 @@ def validity(summaries: dict[str, dict[str, Estimate]]) -> tuple[bool, str]:
 EXPECTED_SIGN = {"NLL rise": -1, "passkey past L": +1}
 
 
-def verdict(test: CrossTest, valid: bool = True) -> str:
+def verdict(test: CorrelationResult, valid: bool = True) -> str:
     """Plan v3's category for one outcome from its test."""
     if test.outcome == "passkey past L" and (not valid or test.largest_tie >= 5):
         return "inconclusive"
-    if math.isnan(test.rho):
+    if math.isnan(test.statistic):
         return "inconclusive"
-    excludes_zero = test.low > 0 or test.high < 0
-    if test.p < 0.05 and excludes_zero:
-        return "supports" if np.sign(test.rho) == EXPECTED_SIGN[test.outcome] else "evidence against"
+    if test.pvalue < 0.05 and test.excludes_zero:
+        return "supports" if np.sign(test.statistic) == EXPECTED_SIGN[test.outcome] else "evidence against"
     return "inconclusive"
 
 
@@ -215,7 +208,7 @@ BASELINES = ("R(L)", "reach")
 OUTCOMES = ("NLL rise", "passkey past L")
 
 
-def test_rows(store: ConfiguredStore, n_resamples: int = 10_000, rng: int = 0) -> list[CrossTest]:
+def test_rows(store: ConfiguredStore, n_resamples: int = 10_000, rng: int = 0) -> list[CorrelationResult]:
     """Every predictor and baseline against both outcomes (:func:`cross_test`); empty until at least
     three configurations have both lengths."""
     L = store.train_len
@@ -231,7 +224,24 @@ def test_rows(store: ConfiguredStore, n_resamples: int = 10_000, rng: int = 0) -
     return out
 
 
-def verdict_text(tests: list[CrossTest], valid: bool) -> list[str]:
+def test_table(tests: list[CorrelationResult]) -> list[dict]:
+    """One row per test for a table: outcome, predictor, n, rho, low, high, p and largest_tie."""
+    return [
+        {
+            "outcome": t.outcome,
+            "predictor": t.predictor,
+            "n": t.n,
+            "rho": t.statistic,
+            "low": t.confidence_interval.low,
+            "high": t.confidence_interval.high,
+            "p": t.pvalue,
+            "largest_tie": t.largest_tie,
+        }
+        for t in tests
+    ]
+
+
+def verdict_text(tests: list[CorrelationResult], valid: bool) -> list[str]:
     """One sentence per outcome: the plan's category for the primary predictor, its numbers, and whether
     the reach indicator orders the outcome at least as well."""
     lines = []
@@ -244,16 +254,17 @@ def verdict_text(tests: list[CrossTest], valid: bool) -> list[str]:
         category = verdict(primary, valid)
         text = (
             f"{outcome}: **{category}**. R(2L) with the sink against {outcome} over {primary.n} configurations: "
-            f"ρ = {primary.rho:+.2f}, window-bootstrap 95% interval [{primary.low:+.2f}, {primary.high:+.2f}], "
-            f"exact permutation p = {primary.p:.3f}"
+            f"ρ = {primary.statistic:+.2f}, window-bootstrap 95% interval "
+            f"[{primary.confidence_interval.low:+.2f}, {primary.confidence_interval.high:+.2f}], "
+            f"{'exact' if primary.exact else 'sampled'} permutation p = {primary.pvalue:.3f}"
         )
         if outcome == "passkey past L" and primary.largest_tie >= 5:
             text += f"; {primary.largest_tie} configurations share one accuracy, too few distinct values to rank"
         if outcome == "passkey past L" and not valid:
             text += "; the probe failed its validity check, so this outcome is descriptive only"
-        if reach is not None and not math.isnan(reach.rho):
-            as_well = abs(reach.rho) >= abs(primary.rho)
-            text += f". The reach indicator alone: ρ = {reach.rho:+.2f} (p = {reach.p:.3f}), " + (
+        if reach is not None and not math.isnan(reach.statistic):
+            as_well = abs(reach.statistic) >= abs(primary.statistic)
+            text += f". The reach indicator alone: ρ = {reach.statistic:+.2f} (p = {reach.pvalue:.3f}), " + (
                 "at least as strong as R." if as_well else "weaker than R."
             )
         else:

@@ -7,9 +7,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from .configured_analysis import Estimate
 from .configured_store import ConfiguredStore
 from .passkey import KINDS
+from .stats import BootstrapResult
 
 TABLE_COLUMNS = (
     "R(L)",
@@ -24,13 +24,17 @@ TABLE_COLUMNS = (
 )
 
 
-def _point(ax, x: Estimate, y: Estimate, **style) -> None:
+def _error(e: BootstrapResult) -> list[list[float]]:
+    """The interval as matplotlib's asymmetric error bar: [[below], [above]] the statistic."""
+    return [[e.statistic - e.confidence_interval.low], [e.confidence_interval.high - e.statistic]]
+
+
+def _point(ax, x: BootstrapResult, y: BootstrapResult, **style) -> None:
     """One configuration at (x, y) with both window-bootstrap intervals as error bars."""
-    xerr, yerr = [[x.value - x.low], [x.high - x.value]], [[y.value - y.low], [y.high - y.value]]
-    ax.errorbar(x.value, y.value, xerr=xerr, yerr=yerr, fmt="o", capsize=2, **style)
+    ax.errorbar(x.statistic, y.statistic, xerr=_error(x), yerr=_error(y), fmt="o", capsize=2, **style)
 
 
-def table_rows(summaries: dict[str, dict[str, Estimate]], labels: dict[str, str]) -> list[dict]:
+def table_rows(summaries: dict[str, dict[str, BootstrapResult]], labels: dict[str, str]) -> list[dict]:
     """One row per configuration: each plan quantity as "value [low, high]"."""
     return [
         {"configuration": labels.get(name, name), **{k: _cell(row[k]) for k in TABLE_COLUMNS}}
@@ -38,12 +42,13 @@ def table_rows(summaries: dict[str, dict[str, Estimate]], labels: dict[str, str]
     ]
 
 
-def _cell(e: Estimate) -> str:
-    digits = 3 if abs(e.value) >= 0.01 or e.value == 0 else 4
-    return f"{e.value:.{digits}f} [{e.low:.{digits}f}, {e.high:.{digits}f}]"
+def _cell(e: BootstrapResult) -> str:
+    digits = 3 if abs(e.statistic) >= 0.01 or e.statistic == 0 else 4
+    low, high = e.confidence_interval
+    return f"{e.statistic:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def pair_figure(summaries: dict[str, dict[str, Estimate]], labels: dict[str, str]) -> Figure:
+def pair_figure(summaries: dict[str, dict[str, BootstrapResult]], labels: dict[str, str]) -> Figure:
     """R(2L) with the sink (filled) and without it (open) against the NLL rise past L (left) and
     passkey accuracy past L (right), one colour per configuration, window-bootstrap 95% intervals."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
@@ -157,7 +162,9 @@ V4_OUTCOME_LABELS = {
 }
 
 
-def kinds_figure(summary: dict[str, dict[str, Estimate]], kinds: dict[str, str], predictor: str = "R(2L)") -> Figure:
+def kinds_figure(
+    summary: dict[str, dict[str, BootstrapResult]], kinds: dict[str, str], predictor: str = "R(2L)"
+) -> Figure:
     """``predictor`` against each plan-v4 outcome, one point per configuration coloured by its kind,
     window-bootstrap 95% intervals on both axes; R on a log axis."""
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharex=True)
@@ -165,13 +172,13 @@ def kinds_figure(summary: dict[str, dict[str, Estimate]], kinds: dict[str, str],
         for name, row in summary.items():
             x, y = row[predictor], row[outcome]
             _point(ax, x, y, color=KIND_COLOURS[kinds[name]], ms=6)
-            ax.annotate(name, (x.value, y.value), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            ax.annotate(name, (x.statistic, y.statistic), fontsize=6, xytext=(3, 3), textcoords="offset points")
         ax.set_ylabel(V4_OUTCOME_LABELS[outcome])
         ax.set_xlabel(f"layer-mean {predictor}")
         ax.grid(alpha=0.3)
         if outcome != "NLL rise":
             ax.set_ylim(-0.05, 1.05)
-    if all(row[predictor].low > 0 for row in summary.values()):
+    if all(row[predictor].confidence_interval.low > 0 for row in summary.values()):
         axes[0].set_xscale("log")
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=k) for k, c in KIND_COLOURS.items()]
     axes[-1].legend(handles=handles, fontsize=8, loc="best")

@@ -8,8 +8,8 @@ Every number is a query over the configurations store (:mod:`attnres_helpers.con
 - :func:`kinds`: the kind of each configuration (as trained, rescaled RoPE, masked), read from the store's
   own record of each configuration's RoPE parameters and mask at 2L.
 - :func:`kind_test`: how well a grouping by kind orders an outcome (Spearman's ρ with its exact p), and
-  whether R adds anything within kinds (:func:`within_kind_permutation`: ρ with y permuted only within
-  each kind, every such ordering enumerated).
+  whether R adds anything within kinds (ρ with y permuted only within each kind, every such ordering
+  enumerated: :func:`attnres_helpers.stats.spearman_permutation_test` with strata).
 - :func:`paired_difference`: the difference of one quantity between two configurations, window by
   window (they share the windows), with its window-bootstrap interval.
 - :func:`sink_free_rows`: R(L) and the drop R(2L)/R(L) without the first-token sink, beside the plan's
@@ -20,14 +20,21 @@ Every number is a query over the configurations store (:mod:`attnres_helpers.con
 
 from __future__ import annotations
 
-import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from .configured_analysis import CrossTest, exact_permutation_spearman, per_window, verdict
+from .configured_analysis import PERMUTATIONS, per_window, verdict
 from .configured_store import ConfiguredStore
-from .stats import Estimate, bootstrap_mean, percentile_interval, spearman
+from .stats import (
+    BootstrapResult,
+    CorrelationResult,
+    PermutationTestResult,
+    bootstrap_mean,
+    percentile_interval,
+    spearman_permutation_test,
+)
 
 KIND_ORDER = ("as trained", "masked", "rescaled")  # chosen after the data: the kinds by mean NLL rise, largest first
 
@@ -50,35 +57,15 @@ def window_means(store: ConfiguredStore, key: str, names: list[str] | None = Non
     return np.array([float(np.nanmean(per_window(store, n)[key])) for n in names])
 
 
-def within_kind_permutation(x, y, strata) -> tuple[float, float, int]:
-    """(ρ, p, orderings): Spearman's ρ of x and y, and the exact two-sided p over every ordering of y that
-    permutes values only among points of one stratum (the share of them with |ρ| at least the observed,
-    up to 1e-12). With strata of sizes 1, 3 and 3 there are 1·6·6 = 36 orderings, so p ≥ 1/36."""
-    x, y, strata = np.asarray(x, float), np.asarray(y, float), np.asarray(strata)
-    if not len(x) == len(y) == len(strata):
-        raise ValueError(f"x, y and strata must have one value per point, got {len(x)}, {len(y)}, {len(strata)}")
-    rho = spearman(x, y)
-    groups = [np.flatnonzero(strata == s) for s in np.unique(strata)]
-    rhos = []
-    for orders in itertools.product(*(itertools.permutations(g) for g in groups)):
-        permuted = y.copy()
-        for members, order in zip(groups, orders):
-            permuted[members] = y[list(order)]
-        rhos.append(spearman(x, permuted))
-    rhos = np.array(rhos)
-    return rho, float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12)), len(rhos)
-
-
 @dataclass(frozen=True)
 class KindTest:
     outcome: str
     predictor: str
     n: int
-    rho_kind: float  # the kind, coded 0, 1, 2 in KIND_ORDER, against the outcome
-    p_kind: float  # exact permutation p of that ρ (not a test: the order was chosen after the data)
-    rho: float  # the predictor against the outcome, as plan v3's test
-    p_within: float  # the predictor's ρ with the outcome permuted only within kinds
-    orderings: int
+    kind: PermutationTestResult  # the kind, coded 0, 1, 2 in KIND_ORDER, against the outcome: ρ and its exact p
+    # (not a test: the order was chosen after the data)
+    within: PermutationTestResult  # the predictor's ρ with the outcome, its p from orderings within kinds only
+    orderings: int  # how many such orderings there are (all counted)
 
 
 def kind_test(store: ConfiguredStore, outcome: str = "NLL rise", predictor: str = "R(2L)") -> KindTest:
@@ -87,14 +74,16 @@ def kind_test(store: ConfiguredStore, outcome: str = "NLL rise", predictor: str 
     names = list(of)
     y, x = window_means(store, outcome, names), window_means(store, predictor, names)
     code = np.array([KIND_ORDER.index(of[n]) for n in names], float)
-    rho_kind, p_kind = exact_permutation_spearman(code, y)
-    rho, p_within, orderings = within_kind_permutation(x, y, [of[n] for n in names])
-    return KindTest(outcome, predictor, len(names), rho_kind, p_kind, rho, p_within, orderings)
+    strata = [of[n] for n in names]
+    orderings = math.prod(math.factorial(strata.count(k)) for k in set(strata))
+    kind = spearman_permutation_test(code, y, n_resamples=PERMUTATIONS)
+    within = spearman_permutation_test(x, y, n_resamples=max(orderings, PERMUTATIONS), strata=strata)
+    return KindTest(outcome, predictor, len(names), kind, within, orderings)
 
 
 def paired_difference(
     store: ConfiguredStore, a: str, b: str, key: str = "NLL rise", n_resamples: int = 10_000, rng: int = 0
-) -> Estimate:
+) -> BootstrapResult:
     """``key`` of configuration ``a`` minus that of ``b``, window by window (the same windows), as the mean
     over windows with its window-bootstrap 95% interval (:func:`attnres_helpers.stats.bootstrap_mean`)."""
     va, vb = per_window(store, a)[key], per_window(store, b)[key]
@@ -103,15 +92,15 @@ def paired_difference(
     return bootstrap_mean(va - vb, n_resamples=n_resamples, rng=rng)
 
 
-def _ratio(num: np.ndarray, den: np.ndarray, n_resamples: int, rng: int) -> Estimate:
+def _ratio(num: np.ndarray, den: np.ndarray, n_resamples: int, rng: int) -> BootstrapResult:
     """mean(num) / mean(den) over two independent sets of windows, each resampled with replacement."""
     d_num = np.random.default_rng(rng + 1).integers(0, len(num), size=(n_resamples, len(num)))
     d_den = np.random.default_rng(rng).integers(0, len(den), size=(n_resamples, len(den)))
     boot = num[d_num].mean(-1) / den[d_den].mean(-1)
-    return Estimate(float(num.mean() / den.mean()), *percentile_interval(boot, 0.95, "the ratio"))
+    return BootstrapResult(float(num.mean() / den.mean()), percentile_interval(boot, 0.95, "the ratio"))
 
 
-def sink_free_rows(store: ConfiguredStore, n_resamples: int = 10_000, rng: int = 0) -> list[dict[str, Estimate]]:
+def sink_free_rows(store: ConfiguredStore, n_resamples: int = 10_000, rng: int = 0) -> list[dict[str, BootstrapResult]]:
     """Per configuration with both lengths: R(L), R(2L) and the drop R(2L)/R(L), with and without the
     first-token sink, each with its window-bootstrap interval (windows of L and of 2L resampled apart)."""
     rows = []
@@ -128,11 +117,12 @@ def sink_free_rows(store: ConfiguredStore, n_resamples: int = 10_000, rng: int =
     return rows
 
 
-def without_configurations(store: ConfiguredStore, predictor: str, outcome: str, left_out) -> tuple[float, float, int]:
-    """(ρ, exact p, n): plan v3's ρ between window means with the configurations ``left_out`` removed."""
+def without_configurations(store: ConfiguredStore, predictor: str, outcome: str, left_out) -> PermutationTestResult:
+    """Plan v3's ρ between window means over the configurations measured at 2L but ``left_out``, and its
+    permutation p (exact up to 9 configurations)."""
     names = [n for n in kinds(store) if n not in set(left_out)]
-    rho, p = exact_permutation_spearman(window_means(store, predictor, names), window_means(store, outcome, names))
-    return rho, p, len(names)
+    x, y = window_means(store, predictor, names), window_means(store, outcome, names)
+    return spearman_permutation_test(x, y, n_resamples=PERMUTATIONS)
 
 
 def _held(ok: bool | None) -> str:
@@ -140,12 +130,15 @@ def _held(ok: bool | None) -> str:
 
 
 def prediction_rows(
-    summaries: dict[str, dict[str, Estimate]], tests: list[CrossTest], valid: bool, labels: dict[str, str]
+    summaries: dict[str, dict[str, BootstrapResult]],
+    tests: list[CorrelationResult],
+    valid: bool,
+    labels: dict[str, str],
 ) -> list[dict[str, str]]:
     """Every part of plan v3's written prediction (``configurations_plan_v3.md``, last section): what it
     said, what the store says (from :func:`attnres_helpers.configured_analysis.summary` and ``test_rows``),
     and whether it held ("yes", "no" or "partly")."""
-    value = {n: {k: e.value for k, e in row.items()} for n, row in summaries.items() if "NLL rise" in row}
+    value = {n: {k: e.statistic for k, e in row.items()} for n, row in summaries.items() if "NLL rise" in row}
     rise = {n: v["NLL rise"] for n, v in value.items()}
     by_rise = sorted(rise, key=rise.get, reverse=True)
     name = lambda n: labels.get(n, n)  # noqa: E731
@@ -173,20 +166,21 @@ def prediction_rows(
     add(
         "passkey past L: near 0",
         "near 0 for as trained, BCA, BCA + sink and StreamingLLM",
-        "; ".join(f"{name(n)} {pk[n].value:.3f}" for n in near0),
-        _all_or_part([pk[n].high <= 0.05 for n in near0]),
+        "; ".join(f"{name(n)} {pk[n].statistic:.3f}" for n in near0),
+        _all_or_part([pk[n].confidence_interval.high <= 0.05 for n in near0]),
     )
     add(
         "passkey past L: above 0",
         "above 0 for YaRN and dynamic NTK",
         "; ".join(f"{name(n)} {pk[n]}" for n in ("yarn-2", "ntk-2")) + " (mean [95% window-bootstrap interval])",
-        _all_or_part([pk[n].low > 0 for n in ("yarn-2", "ntk-2")]),
+        _all_or_part([pk[n].confidence_interval.low > 0 for n in ("yarn-2", "ntk-2")]),
     )
     add(
         "passkey past L: PI lower",
         "lower for PI than for YaRN and dynamic NTK",
-        f"PI {pk['pi-2'].value:.3f} (its ceiling control at 2L: {summaries['pi-2']['ceiling at 2L'].value:.2f})",
-        pk["pi-2"].value < min(pk["yarn-2"].value, pk["ntk-2"].value),
+        f"PI {pk['pi-2'].statistic:.3f} "
+        f"(its ceiling control at 2L: {summaries['pi-2']['ceiling at 2L'].statistic:.2f})",
+        pk["pi-2"].statistic < min(pk["yarn-2"].statistic, pk["ntk-2"].statistic),
     )
     r2 = {n: value[n]["R(2L)"] for n in value}
     kept = ("bca-sink", "streaming")
@@ -207,8 +201,8 @@ def prediction_rows(
     add(
         "reach against R, passkey past L",
         "the reach indicator orders it at least as well as R(2L)",
-        f"reach ρ {reach.rho:+.2f}, R(2L) ρ {r.rho:+.2f}",
-        abs(reach.rho) >= abs(r.rho),
+        f"reach ρ {reach.statistic:+.2f}, R(2L) ρ {r.statistic:+.2f}",
+        abs(reach.statistic) >= abs(r.statistic),
     )
     return rows
 

@@ -11,18 +11,20 @@ which share them) for their intervals and permute **configurations** for their p
   ``scipy.stats.permutation_test`` (exact when every ordering is counted, sampled beyond), its window
   bootstrap interval;
 - :func:`within_kinds`: the primary test: the kinds' ρ's averaged (weighted by kind size), its p from
-  permutations within kinds (exact up to :data:`MAX_EXACT` orderings), its window-bootstrap interval;
+  permutations within kinds (:func:`attnres_helpers.stats.stratified_permutation_test`: exact up to
+  :data:`PERMUTATIONS` orderings, that many sampled beyond), its window-bootstrap interval;
 - :func:`head_to_head`: R(2L) against a rival predictor (the NLL past L, the entropy past L) on the same
   resamples: the difference of their |ρ| and R's partial ρ given the rival.
 
-Result objects carry scipy's field names (``statistic``, ``pvalue``, ``confidence_interval``).
+Results are :mod:`attnres_helpers.stats`' types, with scipy's field names (``statistic``, ``pvalue``,
+``confidence_interval``): a test is a :class:`~attnres_helpers.stats.CorrelationResult`, a number with its
+interval a :class:`~attnres_helpers.stats.BootstrapResult`.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import permutation_test
@@ -30,7 +32,15 @@ from scipy.stats import permutation_test
 from .configured_analysis import fraction_passed, window_draws
 from .configured_store import NLL_BLOCK, ConfiguredStore, nll_mean
 from .passkey import FAR_FRACTIONS, KINDS, NEAR_FRACTIONS
-from .stats import Estimate, average_ranks, partial_spearman, percentile_interval
+from .stats import (
+    BootstrapResult,
+    ConfidenceInterval,
+    CorrelationResult,
+    average_ranks,
+    partial_spearman,
+    percentile_interval,
+    stratified_permutation_test,
+)
 
 REACH = {"as-trained": 1.0, "rescaled": 1.0, "remapped": 1.0, "masked": 0.0, "windowed": 0.0}  # every key at 2L
 VALIDITY = {"near inside L": 0.5, "ceiling": 0.9, "absent": 0.05}  # the model as trained, windows of L
@@ -42,8 +52,8 @@ PREDICTORS = (PRIMARY, "R(2L) sink-free", "drop")
 BASELINES = ("NLL ≥ L", "entropy ≥ L", "R(L)", "reach")
 RIVALS = ("NLL ≥ L", "entropy ≥ L")
 L_KEYS = ("R(L)", "R(L) sink-free", "near at L", "ceiling at L", "absent at L")  # from the windows of L
-MAX_EXACT = 100_000  # within-kind orderings counted exactly up to this many
-PERMUTATIONS = 99_999  # sampled beyond it
+PERMUTATIONS = 99_999  # orderings counted exactly up to this many (the plan's "at most 100,000": no product of
+# factorials lies between), this many sampled beyond
 
 
 def per_window(store: ConfiguredStore, configuration: str) -> dict[str, np.ndarray]:
@@ -137,25 +147,14 @@ def _rho_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(norm > 1e-12, (rx * ry).sum(-1) / np.where(norm > 0, norm, 1), np.nan)
 
 
-@dataclass(frozen=True)
-class RankTest:
-    """One test of a predictor against an outcome over the configurations."""
-
-    predictor: str
-    outcome: str
-    n: int
-    statistic: float  # ρ (across), or the kinds' weighted mean ρ (within kinds)
-    pvalue: float
-    confidence_interval: tuple[float, float]
-    exact: bool  # the p counts every ordering
-    kinds: tuple[str, ...] = field(default=())  # the kinds that entered (within kinds)
+NAN_INTERVAL = ConfidenceInterval(math.nan, math.nan)
 
 
-def _interval(replicates: np.ndarray, confidence_level: float) -> tuple[float, float]:
+def _interval(replicates: np.ndarray, confidence_level: float) -> ConfidenceInterval:
     replicates = replicates[~np.isnan(replicates)]
     if len(replicates) == 0:
-        return (math.nan, math.nan)
-    return tuple(float(v) for v in percentile_interval(replicates, confidence_level))
+        return NAN_INTERVAL
+    return percentile_interval(replicates, confidence_level)
 
 
 def _boot(data: Collected, keys: tuple[str, ...], n_resamples: int, rng: int) -> list[np.ndarray]:
@@ -173,14 +172,15 @@ def across(
     confidence_level: float = 0.95,
     rng: int = 0,
     permutations: int = PERMUTATIONS,
-) -> RankTest:
+) -> CorrelationResult:
     """Spearman's ρ of the predictor's and the outcome's window means over the configurations; the
-    two-sided p of ``scipy.stats.permutation_test`` (pairings: exact when n! ≤ ``permutations``); the
-    window-bootstrap percentile interval (resamples where a side is constant left out)."""
+    two-sided p of ``scipy.stats.permutation_test`` (pairings: exact when n! ≤ ``permutations``; its own
+    two-sided p, twice the smaller one-sided one, as the plan names it); the window-bootstrap percentile
+    interval (resamples where a side is constant left out)."""
     x, y = data.means(predictor), data.means(outcome)
     rho = float(_rho_rows(x, y))
     if math.isnan(rho):
-        return RankTest(predictor, outcome, len(x), math.nan, math.nan, (math.nan, math.nan), False)
+        return CorrelationResult(math.nan, NAN_INTERVAL, len(x), math.nan, predictor, outcome)
     test = permutation_test(
         (x,),
         lambda a, axis=-1: _rho_rows(a, np.broadcast_to(y, a.shape)),
@@ -192,9 +192,8 @@ def across(
     )
     xb, yb = _boot(data, (predictor, outcome), n_resamples, rng)
     exact = math.factorial(len(x)) <= permutations
-    return RankTest(
-        predictor, outcome, len(x), rho, float(test.pvalue), _interval(_rho_rows(xb, yb), confidence_level), exact
-    )
+    interval = _interval(_rho_rows(xb, yb), confidence_level)
+    return CorrelationResult(rho, interval, len(x), float(test.pvalue), predictor, outcome, exact)
 
 
 def _within(x: np.ndarray, y: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
@@ -215,39 +214,30 @@ def within_kinds(
     confidence_level: float = 0.95,
     rng: int = 0,
     permutations: int = PERMUTATIONS,
-) -> RankTest:
+) -> CorrelationResult:
     """Plan v4's primary test: within each kind of at least 3 configurations, Spearman's ρ of predictor
-    and outcome; their mean weighted by kind size over the kinds where both vary; the two-sided p from
-    permuting the outcome only within kinds (every ordering when there are at most :data:`MAX_EXACT`,
-    else ``permutations`` random ones, p = (1 + #as extreme)/(1 + permutations)); the window-bootstrap
-    interval (a kind constant in a resample drops out of that resample's mean)."""
+    and outcome; their mean weighted by kind size over the kinds where both vary (``strata``: the kinds
+    that entered); the two-sided p from permuting the outcome only within kinds (every ordering when there
+    are at most ``permutations``, else that many random ones, p = (1 + #as extreme)/(1 + permutations):
+    :func:`attnres_helpers.stats.stratified_permutation_test` of the mean's absolute value); the
+    window-bootstrap interval (a kind constant in a resample drops out of that resample's mean)."""
     x, y = data.means(predictor), data.means(outcome)
     kinds = sorted({k for k in data.kinds if data.kinds.count(k) >= 3})
     groups = [np.flatnonzero(np.array(data.kinds) == k) for k in kinds]
     observed = float(_within(x, y, groups))
     entered = tuple(k for k, g in zip(kinds, groups) if not math.isnan(float(_rho_rows(x[g], y[g]))))
     if math.isnan(observed):
-        return RankTest(predictor, outcome, len(x), math.nan, math.nan, (math.nan, math.nan), False, entered)
-    orderings = math.prod(math.factorial(len(g)) for g in groups)
-    exact = orderings <= MAX_EXACT
-    if exact:
-        perms = [list(itertools.permutations(g)) for g in groups]
-        shuffled = np.empty((orderings, len(y)))
-        shuffled[:] = y
-        for row, choice in enumerate(itertools.product(*perms)):
-            for g, order in zip(groups, choice):
-                shuffled[row, g] = y[list(order)]
-    else:
-        generator = np.random.default_rng(rng)
-        shuffled = np.broadcast_to(y, (permutations, len(y))).copy()
-        for g in groups:
-            shuffled[:, g] = generator.permuted(shuffled[:, g], axis=1)
-    stats = _within(np.broadcast_to(x, shuffled.shape), shuffled, groups)
-    as_extreme = int((np.abs(stats) >= abs(observed) * (1 - 1e-12)).sum())
-    pvalue = as_extreme / orderings if exact else (1 + as_extreme) / (1 + permutations)
+        return CorrelationResult(math.nan, NAN_INTERVAL, len(x), math.nan, predictor, outcome, strata=entered)
+    strata = -1 - np.arange(len(y))  # a kind of fewer than 3 is not permuted: each of its points alone
+    for i, g in enumerate(groups):
+        strata[g] = i
+    test = stratified_permutation_test(
+        y, lambda a: np.abs(_within(np.broadcast_to(x, a.shape), a, groups)), strata, permutations, rng
+    )
+    exact = math.prod(math.factorial(len(g)) for g in groups) <= permutations
     xb, yb = _boot(data, (predictor, outcome), n_resamples, rng)
     interval = _interval(_within(xb, yb, groups), confidence_level)
-    return RankTest(predictor, outcome, len(x), observed, pvalue, interval, exact, entered)
+    return CorrelationResult(observed, interval, len(x), test.pvalue, predictor, outcome, exact, entered)
 
 
 @dataclass(frozen=True)
@@ -256,10 +246,8 @@ class HeadToHead:
 
     outcome: str
     rival: str
-    difference: float  # |ρ(R, outcome)| − |ρ(rival, outcome)|
-    difference_interval: tuple[float, float]
-    partial: float  # R's partial ρ with the outcome given the rival
-    partial_interval: tuple[float, float]
+    difference: BootstrapResult  # |ρ(R, outcome)| − |ρ(rival, outcome)|
+    partial: BootstrapResult  # R's partial ρ with the outcome given the rival
 
 
 def _partial_rows(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -291,15 +279,13 @@ def head_to_head(
     return HeadToHead(
         outcome,
         rival,
-        difference,
-        _interval(diffs, confidence_level),
-        partial,
-        _interval(_partial_rows(xb, yb, zb), confidence_level),
+        BootstrapResult(difference, _interval(diffs, confidence_level)),
+        BootstrapResult(partial, _interval(_partial_rows(xb, yb, zb), confidence_level)),
     )
 
 
 def summary(data: Collected, n_resamples: int = 10_000, confidence_level: float = 0.95, rng: int = 0) -> dict:
-    """{configuration: {quantity: Estimate}}: each window mean with its window-bootstrap interval (empty
+    """{configuration: {quantity: BootstrapResult}}: each window mean with its window-bootstrap interval (empty
     while no configuration has both lengths)."""
     if not data.names:
         return {}
@@ -308,7 +294,7 @@ def summary(data: Collected, n_resamples: int = 10_000, confidence_level: float 
     for key, boot in zip(keys, _boot(data, tuple(keys), n_resamples, rng)):
         point = data.means(key)
         for c, name in enumerate(data.names):
-            out[name][key] = Estimate(float(point[c]), *_interval(boot[:, c], confidence_level))
+            out[name][key] = BootstrapResult(float(point[c]), _interval(boot[:, c], confidence_level))
     return out
 
 
@@ -330,7 +316,7 @@ def validity(data: Collected) -> tuple[bool, dict[str, float]]:
     return ok, got
 
 
-def verdict(test: RankTest, valid: bool = True, tied_in_every_kind: bool = False) -> str:
+def verdict(test: CorrelationResult, valid: bool = True, tied_in_every_kind: bool = False) -> str:
     """Plan v4's category for one outcome from its within-kind test."""
     if test.outcome != "NLL rise" and not valid or tied_in_every_kind or math.isnan(test.statistic):
         return "inconclusive"

@@ -20,7 +20,7 @@ import torch
 from matplotlib.figure import Figure
 
 from .metric import Boundary, mean_over_heads
-from .stats import Estimate, bootstrap_mean
+from .stats import BootstrapResult, bootstrap_mean
 from .store import Profile
 from .tables import last_distance_weights
 
@@ -309,8 +309,9 @@ def span_figure(rows: list[dict], run: str) -> Figure:
         for i, kind in enumerate(kinds):
             mine = [r for r in rows if r["run"] == run and r["layers"] == kind]
             T = [r["T"] for r in mine]
-            value = np.array([r[name].value for r in mine])
-            err = np.array([[r[name].value - r[name].low for r in mine], [r[name].high - r[name].value for r in mine]])
+            value = np.array([r[name].statistic for r in mine])
+            low, high = np.array([r[name].confidence_interval for r in mine]).T
+            err = np.array([value - low, high - value])
             style = {"color": "black", "lw": 2.5} if kind.startswith("all") else {"color": plt.get_cmap("tab10")(i)}
             ax.errorbar(T, value, yerr=err, marker="o", capsize=3, label=kind, **style)
         ax.set(xscale="log", yscale="log", xlabel="evaluation length T (tokens)", title=f"{name}, per window")
@@ -322,6 +323,7 @@ def span_figure(rows: list[dict], run: str) -> Figure:
     return fig
 
 
-def estimate_cell(e: Estimate, digits: int = 3) -> str:
+def estimate_cell(e: BootstrapResult, digits: int = 3) -> str:
     """'value [low, high]' for a table cell."""
-    return f"{e.value:.{digits}g} [{e.low:.{digits}g}, {e.high:.{digits}g}]"
+    low, high = e.confidence_interval
+    return f"{e.statistic:.{digits}g} [{low:.{digits}g}, {high:.{digits}g}]"

@@ -37,17 +37,17 @@ def pooled_copy(points: list[Point], **resampling) -> analysis.V2Result:
 
 def base_bound_test(points: list[Point], L: int, outcome: str = "rise 2L", n_resamples: int = 10000, rng=0) -> dict:
     """Men et al.'s bound as a predictor over the RoPE settings (BCA off): ρ(log(base / base_min(2L)), outcome)
-    with its two-sided permutation p, and its categorical prediction ("keeps 2L" when base >= base_min(2L))
+    with its two-sided permutation p ("test", a :class:`~attnres_helpers.stats.PermutationTestResult`: exact
+    over the 6! orderings of the 6 settings), and its categorical prediction ("keeps 2L" when base >= base_min(2L))
     checked against the outcome: a setting keeps 2L when its perplexity past L is no higher than before L
     (rise <= 1; this reading of "keeps" is this notebook's, written after the data)."""
     rows = analysis.base_bound_table(points, L, (outcome,))
     x, y = [r["log base / bound"] for r in rows], [r[outcome] for r in rows]
-    rho, p = spearman_permutation_test(x, y, n_resamples=n_resamples, rng=rng)
+    test = spearman_permutation_test(x, y, n_resamples=n_resamples, rng=rng)
     predicted = [r for r in rows if r["predicted to keep 2L"]]
     return {
         "n": len(rows),
-        "rho": rho,
-        "p": p,
+        "test": test,
         "predicted_keep": [r["setting"] for r in predicted],
         "kept": [r["setting"] for r in predicted if r[outcome] <= 1.0],
         "lowest_rise_predicted_keep": min(r[outcome] for r in predicted) if predicted else None,
@@ -79,11 +79,14 @@ def rise_qualifiers(result: analysis.V2Result, points: list[Point]) -> list[str]
             "it does not mean that R beats the mask indicator."
         )
     if result.within_family:
-        parts = ", ".join(f"{f} {c.rho:+.2f} [{c.low:+.2f}, {c.high:+.2f}]" for f, c in result.within_family.items())
-        signs = {np.sign(c.rho) for c in result.within_family.values()}
+        parts = ", ".join(
+            f"{f} {c.statistic:+.2f} [{c.confidence_interval.low:+.2f}, {c.confidence_interval.high:+.2f}]"
+            for f, c in result.within_family.items()
+        )
+        signs = {np.sign(c.statistic) for c in result.within_family.values()}
         lines.append(f"Within families (BCA off) the signs {'differ' if len(signs) > 1 else 'agree'}: {parts}.")
     lookup = spearman(lookup_baseline(points, result.outcome), analysis.column(points, result.outcome))
-    primary = result.primary.rho  # R's ρ over the same points
+    primary = result.primary.statistic  # R's ρ over the same points
     lines.append(
         f"Written after the data: a family × mask lookup that never sees the configuration itself (leave one "
         f"setting out) ranks the outcome with |ρ| = {abs(lookup):.2f}, against R's {abs(primary):.2f}"

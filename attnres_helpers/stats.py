@@ -6,31 +6,39 @@
   with all its points, is drawn with replacement, and the draws are shared between predictors, so
   a difference of two ρ's is resampled as one statistic; :func:`percentile_interval` turns the
   resamples into an interval, and :func:`spearman_cluster_bootstrap` does both for one predictor.
-- A two-sided permutation test of ρ (:func:`spearman_permutation_test`), the partial rank
-  correlation given a third variable (:func:`partial_spearman`), and the group-mean baseline
-  (:func:`group_mean_baseline`).
+- A two-sided permutation test of ρ (:func:`spearman_permutation_test`: ``scipy.stats.permutation_test``,
+  exact where the orderings are few, sampled beyond), with strata the permutation within strata
+  (:func:`stratified_permutation_test`, for any statistic); the partial rank correlation given a third
+  variable (:func:`partial_spearman`), and the group-mean baseline (:func:`group_mean_baseline`).
 - A window bootstrap of a mean (:func:`bootstrap_mean`): the windows of one measurement drawn with
-  replacement, the percentile interval of their mean, as an :class:`Estimate`.
+  replacement, the percentile interval of their mean.
+
+Results have one type per kind, with scipy.stats' field names: :class:`BootstrapResult` (a statistic with
+its bootstrap ``confidence_interval``, a :class:`ConfidenceInterval` with ``low`` and ``high``),
+:class:`PermutationTestResult` (``statistic``, ``pvalue``, ``null_distribution``) and
+:class:`CorrelationResult` (a rank correlation with its interval and, where computed, its p).
 - :func:`design_resolution`: the design-time (R(L), R(2L)) of a trained model's encoding, from its
   ModelConfig and its entry in :mod:`attnres_helpers.encoding_registry`.
 
 Parameter names follow scipy.stats (``n_resamples``, ``confidence_level``, ``rng``). What scipy lacks
 is written here on its ranks: the cluster bootstrap over settings (``scipy.stats.bootstrap`` resamples
 points, not clusters) and the permutation within strata (``scipy.stats.permutation_test`` permutes
-all points); the permutation test keeps one definition for both, with and without strata. The family
+all points), with scipy's definitions: exact when every ordering is at most ``n_resamples``, else
+``n_resamples`` random ones with p = (1 + #as extreme) / (1 + n_resamples). The family
 analysis of notebook 05 itself lives in :mod:`attnres_helpers.analysis`.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.stats import rankdata, spearmanr
+from scipy.stats import permutation_test, rankdata, spearmanr
 
 from .encoding_registry import ENCODINGS, design_params
 from .encodings import resolution_pair
@@ -223,31 +231,6 @@ def cluster_bootstrap_spearmans(
     return rhos
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A value over windows with its window-bootstrap percentile interval."""
-
-    value: float
-    low: float
-    high: float
-
-    def __str__(self) -> str:
-        return f"{self.value:.4g} [{self.low:.4g}, {self.high:.4g}]"
-
-
-def bootstrap_mean(
-    per_window: ArrayLike, n_resamples: int = 10_000, confidence_level: float = 0.95, rng: int = 0
-) -> Estimate:
-    """The mean of ``per_window`` (windows,), one value per window, with the percentile interval of the
-    mean over ``n_resamples`` draws of the windows with replacement."""
-    values = np.asarray(per_window, dtype=np.float64)
-    if values.ndim != 1 or len(values) < 2 or not np.isfinite(values).all():
-        raise ValueError(f"a window bootstrap needs one finite value per window, at least 2, got shape {values.shape}")
-    draws = np.random.default_rng(rng).integers(0, len(values), size=(n_resamples, len(values)))
-    boot = values[draws].mean(-1)
-    return Estimate(float(values.mean()), *percentile_interval(boot, confidence_level, "the mean"))
-
-
 class ConfidenceInterval(NamedTuple):
     """A percentile interval, as scipy.stats names it (``low``, ``high``); unpacks as a pair."""
 
@@ -255,19 +238,71 @@ class ConfidenceInterval(NamedTuple):
     high: float
 
 
-class BootstrapResult(NamedTuple):
-    """Spearman's ρ with its cluster-bootstrap interval (scipy-style names); unpacks as (rho, low, high)."""
+@dataclass(frozen=True)
+class BootstrapResult:
+    """A statistic with its bootstrap percentile interval: scipy.stats.bootstrap's fields
+    (``confidence_interval``, ``bootstrap_distribution`` where kept) and the statistic itself beside them.
+    Prints as ``value [low, high]``."""
 
     statistic: float
-    low: float
-    high: float
+    confidence_interval: ConfidenceInterval
+    bootstrap_distribution: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def __str__(self) -> str:
+        low, high = self.confidence_interval
+        return f"{self.statistic:.4g} [{low:.4g}, {high:.4g}]"
 
 
-class PermutationResult(NamedTuple):
-    """Spearman's ρ with its permutation p-value, as scipy.stats.permutation_test names them; unpacks as a pair."""
+@dataclass(frozen=True)
+class PermutationTestResult:
+    """A permutation test, with scipy.stats.permutation_test's fields: ``statistic`` (for ρ the signed ρ),
+    ``pvalue`` and ``null_distribution`` (the test statistic over the orderings: |ρ| for a two-sided test
+    of ρ)."""
 
     statistic: float
     pvalue: float
+    null_distribution: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class CorrelationResult:
+    """A rank correlation over n points (``statistic``: Spearman's ρ, or a mean of ρ's within strata) with its
+    bootstrap ``confidence_interval`` and, where computed, its permutation ``pvalue`` (scipy's names);
+    ``exact``: the p counts every ordering; ``strata``: the strata that entered a within-strata statistic;
+    ``largest_tie``: the most points sharing one outcome value. Prints as ``ρ = … [low, high] (n = …, p = …)``."""
+
+    statistic: float
+    confidence_interval: ConfidenceInterval
+    n: int
+    pvalue: float | None = None
+    predictor: str = ""
+    outcome: str = ""
+    exact: bool = False
+    strata: tuple[str, ...] = ()
+    largest_tie: int = 1
+
+    @property
+    def excludes_zero(self) -> bool:
+        low, high = self.confidence_interval
+        return low > 0 or high < 0
+
+    def __str__(self) -> str:
+        low, high = self.confidence_interval
+        p = "" if self.pvalue is None else f", p = {self.pvalue:.3g}"
+        return f"ρ = {self.statistic:+.2f} [{low:+.2f}, {high:+.2f}] (n = {self.n}{p})"
+
+
+def bootstrap_mean(
+    per_window: ArrayLike, n_resamples: int = 10_000, confidence_level: float = 0.95, rng: int = 0
+) -> BootstrapResult:
+    """The mean of ``per_window`` (windows,), one value per window, with the percentile interval of the
+    mean over ``n_resamples`` draws of the windows with replacement (kept as ``bootstrap_distribution``)."""
+    values = np.asarray(per_window, dtype=np.float64)
+    if values.ndim != 1 or len(values) < 2 or not np.isfinite(values).all():
+        raise ValueError(f"a window bootstrap needs one finite value per window, at least 2, got shape {values.shape}")
+    draws = np.random.default_rng(rng).integers(0, len(values), size=(n_resamples, len(values)))
+    boot = values[draws].mean(-1)
+    return BootstrapResult(float(values.mean()), percentile_interval(boot, confidence_level, "the mean"), boot)
 
 
 def percentile_interval(
@@ -295,7 +330,7 @@ def spearman_cluster_bootstrap(
     rng: int | np.random.Generator | None = 0,
 ) -> BootstrapResult:
     """Spearman's ρ of x and y (:func:`spearman`) and a cluster-bootstrap percentile interval:
-    ``BootstrapResult(statistic, low, high)``, which unpacks as ``(rho, low, high)``.
+    ``BootstrapResult(statistic, confidence_interval, bootstrap_distribution)`` (the ρ_b, NaN where undefined).
 
     Resamples as :func:`cluster_bootstrap_spearmans` (ties at average ranks); resamples where ρ_b is
     undefined (x or y constant) are dropped, and a ValueError is raised if more than half are.
@@ -306,7 +341,7 @@ def spearman_cluster_bootstrap(
     _check_resampling(n_resamples, rng, confidence_level)
     rho = spearman(x, y)
     rhos = cluster_bootstrap_spearmans([x], y, clusters, n_resamples, rng)[:, 0]
-    return BootstrapResult(rho, *percentile_interval(rhos, confidence_level))
+    return BootstrapResult(rho, percentile_interval(rhos, confidence_level), rhos)
 
 
 def spearman_permutation_test(
@@ -315,18 +350,16 @@ def spearman_permutation_test(
     n_resamples: int = 10000,
     rng: int | np.random.Generator | None = 0,
     strata: ArrayLike | None = None,
-) -> PermutationResult:
-    """Spearman's ρ of x and y and a two-sided permutation p-value: ``PermutationResult(statistic, pvalue)``,
-    which unpacks as ``(rho, p_value)``. Without ``strata`` it is scipy.stats.permutation_test(...,
-    permutation_type="pairings") with Spearman's ρ as the statistic (tests/test_stats.py checks they agree);
-    the strata are what scipy lacks.
+) -> PermutationTestResult:
+    """Spearman's ρ of x and y and its two-sided permutation p: ``PermutationTestResult(statistic, pvalue,
+    null_distribution)``, the test statistic |ρ| (p = the share of orderings of y with |ρ_b| ≥ |ρ_obs|).
 
-    Each of the ``n_resamples`` resamples permutes y (independently of x) and computes ρ_b; with
-    ``strata`` (one label per point), y is permuted only within each stratum (e.g. within mask
-    setting, so that the mask's own effect is never broken up);
-    p = (1 + #{b : |ρ_b| ≥ |ρ_obs|}) / (n_resamples + 1), which counts the observed data as one
-    of the permutations, so 1/(n_resamples + 1) ≤ p ≤ 1. ``|ρ_b| ≥ |ρ_obs|`` is tested with a
-    relative tolerance of 1e-12 so that ties with ρ_obs are not lost to rounding.
+    Without ``strata`` this is ``scipy.stats.permutation_test(..., permutation_type="pairings",
+    alternative="greater")`` on |ρ| with y permuted: exact (p = #as extreme / n!) when n! ≤ ``n_resamples``,
+    else ``n_resamples`` random orderings with p = (1 + #as extreme) / (n_resamples + 1), which counts the
+    observed data as one of them. With ``strata`` (one label per point), y is permuted only within each
+    stratum (e.g. within mask setting, so that the mask's own effect is never broken up), by
+    :func:`stratified_permutation_test` under the same rules. Any number of points.
     ``rng``: an integer seed, None or a numpy Generator.
     """
     generator = _check_resampling(n_resamples, rng)
@@ -334,18 +367,62 @@ def spearman_permutation_test(
     rx, ry = average_ranks(x), average_ranks(y)
     rx, ry = rx - rx.mean(), ry - ry.mean()
     norm = np.sqrt((rx**2).sum() * (ry**2).sum())
-    threshold = abs(rho) * (1 - 1e-12)
-    groups = [np.arange(len(ry))] if strata is None else _strata(strata, len(ry))
-    extreme = 0
-    chunk = max(1, 2_000_000 // len(rx))
-    for start in range(0, n_resamples, chunk):
-        b = min(chunk, n_resamples - start)
-        permuted = np.empty((b, len(ry)))
-        for members in groups:  # each stratum's y shuffled among its own points
-            permuted[:, members] = generator.permuted(np.broadcast_to(ry[members], (b, len(members))), axis=1)
-        rhos = permuted @ rx / norm  # (b,)
-        extreme += int((np.abs(rhos) >= threshold).sum())
-    return PermutationResult(rho, (1 + extreme) / (n_resamples + 1))
+
+    def abs_rho(permuted: np.ndarray, axis: int = -1) -> np.ndarray:  # (..., n) orderings of y -> (...)
+        return np.abs(permuted @ rx / norm)
+
+    if strata is not None:
+        return replace(stratified_permutation_test(ry, abs_rho, strata, n_resamples, generator), statistic=rho)
+    test = permutation_test(
+        (ry,),
+        abs_rho,
+        permutation_type="pairings",
+        vectorized=True,
+        n_resamples=n_resamples,
+        batch=max(1, 2_000_000 // len(ry)),
+        alternative="greater",
+        rng=generator,
+    )
+    return PermutationTestResult(rho, float(test.pvalue), test.null_distribution)
+
+
+def stratified_permutation_test(
+    data: ArrayLike,
+    statistic: Callable[[np.ndarray], np.ndarray],
+    strata: ArrayLike,
+    n_resamples: int = 10000,
+    rng: int | np.random.Generator | None = 0,
+) -> PermutationTestResult:
+    """A permutation test with ``data`` (n,) permuted only among points of one stratum (one label per
+    point), what ``scipy.stats.permutation_test`` lacks, under its rules and names: ``statistic`` maps
+    orderings (..., n) to (...), larger being more extreme (pass |ρ| for a two-sided test of ρ); every
+    ordering when there are at most ``n_resamples`` (p = #{T_b ≥ T_obs} / orderings, the identity among
+    them), else ``n_resamples`` random ones (p = (1 + #{T_b ≥ T_obs}) / (1 + n_resamples)), ``T_b ≥ T_obs``
+    up to a relative 1e-12 so that ties are not lost to rounding. With strata of sizes 1, 3 and 3 there
+    are 1·6·6 = 36 orderings, so an exact p ≥ 1/36. ``statistic`` of the result is T_obs."""
+    generator = _check_resampling(n_resamples, rng)
+    data = np.asarray(data, dtype=np.float64)
+    groups = _strata(strata, len(data))
+    observed = float(statistic(data))
+    orderings = math.prod(math.factorial(len(g)) for g in groups)
+    if orderings <= n_resamples:
+        permuted = np.empty((orderings, len(data)))
+        for row, choice in enumerate(itertools.product(*(itertools.permutations(g) for g in groups))):
+            for members, order in zip(groups, choice):
+                permuted[row, members] = data[list(order)]
+        null = statistic(permuted)
+    else:
+        null = np.empty(n_resamples)
+        chunk = max(1, 2_000_000 // len(data))
+        for start in range(0, n_resamples, chunk):
+            b = min(chunk, n_resamples - start)
+            permuted = np.empty((b, len(data)))
+            for members in groups:  # each stratum's values shuffled among its own points
+                permuted[:, members] = generator.permuted(np.broadcast_to(data[members], (b, len(members))), axis=1)
+            null[start : start + b] = statistic(permuted)
+    extreme = int((null >= observed - abs(observed) * 1e-12).sum())
+    pvalue = extreme / orderings if orderings <= n_resamples else (1 + extreme) / (n_resamples + 1)
+    return PermutationTestResult(observed, pvalue, null)
 
 
 def _strata(labels, n: int) -> list[np.ndarray]:

@@ -120,9 +120,11 @@ def test_a_predictor_that_ranks_within_each_mask_is_support():
     y = -x  # higher R, smaller rise: a perfect negative rank relation everywhere
     points = synthetic(x, y, [False] * n + [True] * n, [f"s{i}" for i in range(n)] * 2)
     result = analysis.run_plan(points, **FAST)
-    assert result.primary.rho == pytest.approx(-1.0) and result.primary.high < 0
-    assert result.primary.p_value == pytest.approx(1 / 501)  # no permutation is as extreme
-    assert result.within[False].rho == pytest.approx(-1.0) and result.within[True].rho == pytest.approx(-1.0)
+    assert result.primary.statistic == pytest.approx(-1.0) and result.primary.confidence_interval.high < 0
+    assert result.primary.pvalue == pytest.approx(1 / 501)  # no permutation is as extreme
+    assert result.within[False].statistic == pytest.approx(-1.0) and result.within[True].statistic == pytest.approx(
+        -1.0
+    )
     assert result.settings == n and result.seeds["s0 +BCA"] == 2
     category, lines = analysis.verdict(result)
     assert category == analysis.SUPPORT and "R beats the indicator" in lines[-1]
@@ -136,9 +138,9 @@ def test_a_predictor_that_only_tracks_the_mask_is_mask_only():
     y = -10.0 * bca + rng.random(2 * n)  # the rise drops with BCA, independent noise within
     points = synthetic(x, y, bca, [f"s{i}" for i in range(n)] * 2)
     result = analysis.run_plan(points, **FAST)
-    assert result.primary.high < 0
+    assert result.primary.confidence_interval.high < 0
     assert not result.within[False].excludes_zero and not result.within[True].excludes_zero
-    assert abs(result.baselines["BCA indicator"].rho) >= abs(result.primary.rho) - 1e-9
+    assert abs(result.baselines["BCA indicator"].statistic) >= abs(result.primary.statistic) - 1e-9
     category, lines = analysis.verdict(result)
     assert category == analysis.MASK_ONLY and "does not beat the indicator" in lines[-1]
 
@@ -188,14 +190,14 @@ def test_v2_support_within_the_mask_and_the_copy_outcome():
     fams = (["rope"] * 4 + ["xpos"] * 4 + ["alibi"] * 4) * 2
     points = synthetic_v2(x, -x, x, [False] * n + [True] * n, [f"s{i}" for i in range(n)] * 2, fams)
     rise = analysis.evaluate_v2(points, "R(2L) upper", "rise 2L", **FAST)
-    assert rise.primary.rho == pytest.approx(-1.0) and rise.primary.p_value == pytest.approx(1 / 501)
+    assert rise.primary.statistic == pytest.approx(-1.0) and rise.primary.pvalue == pytest.approx(1 / 501)
     assert set(rise.within_family) == {"rope", "xpos", "alibi"}
-    assert all(c.rho == pytest.approx(-1.0) for c in rise.within_family.values())
+    assert all(c.statistic == pytest.approx(-1.0) for c in rise.within_family.values())
     assert analysis.verdict_v2(rise)[0] == analysis.PREDICTS
     copy = analysis.evaluate_v2(points, "R(2L) upper", "copy past L", **FAST)
-    assert copy.bca_off_only and copy.primary.n == n and copy.primary.rho == pytest.approx(1.0)
+    assert copy.bca_off_only and copy.primary.n == n and copy.primary.statistic == pytest.approx(1.0)
     assert analysis.verdict_v2(copy)[0] == analysis.PREDICTS
-    assert copy.baselines["design R(2L)"].rho == pytest.approx(-1.0)  # a secondary on the same resamples
+    assert copy.baselines["design R(2L)"].statistic == pytest.approx(-1.0)  # a secondary on the same resamples
 
 
 def test_v2_mask_only_is_tracks_the_mask_and_the_restricted_p_is_not_fooled():
@@ -207,7 +209,7 @@ def test_v2_mask_only_is_tracks_the_mask_and_the_restricted_p_is_not_fooled():
     x, y = bca * 10 + rng.random(2 * n), -10.0 * bca + rng.random(2 * n)
     points = synthetic_v2(x, y, y, bca, [f"s{i}" for i in range(n)] * 2, ["rope"] * 2 * n)
     result = analysis.evaluate_v2(points, "R(2L) upper", "rise 2L", **FAST)
-    assert result.p_unrestricted < 0.01 and result.primary.p_value > 0.05
+    assert result.unrestricted.pvalue < 0.01 and result.primary.pvalue > 0.05
     assert analysis.verdict_v2(result)[0] == analysis.INCONCLUSIVE  # the plan's p is the restricted one
 
 
@@ -238,8 +240,8 @@ def test_stratified_permutation_keeps_each_stratum():
 
     x = np.r_[np.zeros(10), np.ones(10)] + np.linspace(0, 0.1, 20)
     y = np.r_[np.zeros(10), np.ones(10)] + np.random.default_rng(0).random(20) * 0.01
-    _, p_all = spearman_permutation_test(x, y, n_resamples=2000, rng=0)
-    _, p_within = spearman_permutation_test(x, y, n_resamples=2000, rng=0, strata=[0] * 10 + [1] * 10)
+    p_all = spearman_permutation_test(x, y, n_resamples=2000, rng=0).pvalue
+    p_within = spearman_permutation_test(x, y, n_resamples=2000, rng=0, strata=[0] * 10 + [1] * 10).pvalue
     assert p_all < 0.01 and p_within > 0.05
     with pytest.raises(ValueError, match="one label per point"):
         spearman_permutation_test(x, y, strata=[0, 1])

@@ -18,7 +18,7 @@ from attnres_helpers.files import save_safetensors
 from attnres_helpers.metric import layer_resolution
 from attnres_helpers.passkey import KEY_DIGITS
 from attnres_helpers.paths import STORES
-from attnres_helpers.stats import spearman
+from attnres_helpers.stats import ConfidenceInterval, CorrelationResult, spearman
 from attnres_helpers.store import Profile, save_profiles
 
 L, LAYERS, H = 1024, 2, 3
@@ -99,33 +99,33 @@ def test_the_store_keeps_each_windows_r_and_the_text_nll(store):
 
 def test_summary_and_validity_on_known_answers(store):
     s = ca.summary(store, n_resamples=200)
-    assert s["as-trained"]["passkey ≤ L/2 at L"].value == 1.0 and s["bca"]["passkey past L"].value == 0.0
-    assert s["pi-2"]["passkey ≤ L/2 at L"].value == pytest.approx(2 / 3)
-    assert s["as-trained"]["NLL rise"].value == pytest.approx(0.31)
+    assert s["as-trained"]["passkey ≤ L/2 at L"].statistic == 1.0 and s["bca"]["passkey past L"].statistic == 0.0
+    assert s["pi-2"]["passkey ≤ L/2 at L"].statistic == pytest.approx(2 / 3)
+    assert s["as-trained"]["NLL rise"].statistic == pytest.approx(0.31)
     est = s["as-trained"]["NLL rise"]
-    assert 0.30 - 1e-6 <= est.low <= est.value <= est.high <= 0.32 + 1e-6  # within the windows' own range
+    low, high = est.confidence_interval
+    assert 0.30 - 1e-6 <= low <= est.statistic <= high <= 0.32 + 1e-6  # within the windows' own range
     ok, text = ca.validity(s)
     assert ok and "valid" in text
 
 
-def test_exact_permutation_p_is_the_share_of_orderings_as_extreme():
-    x, y = [1, 2, 3, 4, 5], [2, 1, 4, 3, 5]
-    rho, p = ca.exact_permutation_spearman(x, y)
-    assert rho == pytest.approx(spearman(x, y))
-    brute = np.mean([abs(spearman(x, list(q))) >= abs(rho) - 1e-12 for q in permutations(y)])
-    assert p == pytest.approx(brute)
-    assert ca.exact_permutation_spearman([1, 2, 3, 4], [1, 2, 3, 4]) == (pytest.approx(1.0), pytest.approx(2 / 24))
+def _cross(outcome, rho, low, high, largest_tie=1):
+    interval = ConfidenceInterval(low, high)
+    return CorrelationResult(rho, interval, 7, 0.01, "R(2L)", outcome, True, largest_tie=largest_tie)
 
 
 def test_cross_test_and_verdict(store):
     t = ca.cross_test(store, "R(2L)", "NLL rise", n_resamples=100)
-    assert t.n == 3 and t.p == pytest.approx(1 / 3) and ca.verdict(t) == "inconclusive"  # 3 cannot reach p < 0.05
-    strong = ca.CrossTest("R(2L)", "NLL rise", 7, -0.9, 0.01, -0.99, -0.5, 1)
-    assert ca.verdict(strong) == "supports"
-    assert ca.verdict(ca.CrossTest("R(2L)", "NLL rise", 7, 0.9, 0.01, 0.5, 0.99, 1)) == "evidence against"
-    assert ca.verdict(ca.CrossTest("R(2L)", "passkey past L", 7, 0.9, 0.01, 0.5, 0.99, 5)) == "inconclusive"
-    invalid = ca.CrossTest("R(2L)", "passkey past L", 7, 0.9, 0.01, 0.5, 0.99, 1)
-    assert ca.verdict(invalid, valid=False) == "inconclusive"
+    assert t.n == 3 and t.exact and t.pvalue == pytest.approx(1 / 3)  # exact over 3! orderings
+    assert ca.verdict(t) == "inconclusive"  # 3 cannot reach p < 0.05
+    x = [ca.per_window(store, c)["R(2L)"].mean() for c in store.configurations()]
+    y = [ca.per_window(store, c)["NLL rise"].mean() for c in store.configurations()]
+    brute = np.mean([abs(spearman(x, list(q))) >= abs(t.statistic) - 1e-12 for q in permutations(y)])
+    assert t.pvalue == pytest.approx(brute) and t.statistic == pytest.approx(spearman(x, y))
+    assert ca.verdict(_cross("NLL rise", -0.9, -0.99, -0.5)) == "supports"
+    assert ca.verdict(_cross("NLL rise", 0.9, 0.5, 0.99)) == "evidence against"
+    assert ca.verdict(_cross("passkey past L", 0.9, 0.5, 0.99, 5)) == "inconclusive"
+    assert ca.verdict(_cross("passkey past L", 0.9, 0.5, 0.99), valid=False) == "inconclusive"
 
 
 @pytest.mark.parametrize("predictor, outcome", [("R(2L)", "passkey past L"), ("drop", "NLL rise")])
@@ -151,7 +151,7 @@ def test_cross_test_interval_is_the_percentiles_of_each_resamples_spearman(predi
         if len(set(xb)) > 1 and len(set(yb)) > 1:
             boot.append(spearman(xb, yb))
     assert len(boot) > 100
-    assert (t.low, t.high) == pytest.approx(tuple(np.percentile(boot, [2.5, 97.5])), abs=1e-12)
+    assert tuple(t.confidence_interval) == pytest.approx(tuple(np.percentile(boot, [2.5, 97.5])), abs=1e-12)
 
 
 def test_a_torn_or_mislabelled_window_file_is_refused(tmp_path):

@@ -1,38 +1,25 @@
 """Plan v3 read again after its data (attnres_helpers.plan_v3_review): closed forms on small inputs, and the
 shipped store's numbers that notebooks 07 and 08 print, each against a plain recomputation."""
 
-import itertools
-
-import numpy as np
 import pytest
 
 from attnres_helpers import configured_analysis as ca
 from attnres_helpers import plan_v3_review as review
 from attnres_helpers.configured_store import load
 from attnres_helpers.paths import STORES
-from attnres_helpers.stats import Estimate, bootstrap_mean, spearman
+from attnres_helpers.stats import (
+    BootstrapResult,
+    ConfidenceInterval,
+    CorrelationResult,
+    bootstrap_mean,
+    spearman,
+    spearman_permutation_test,
+)
 
 
 @pytest.fixture(scope="module")
 def store():
     return load(STORES["configurations"])
-
-
-def test_within_kind_permutation_enumerates_only_orderings_inside_each_stratum():
-    x, y, strata = [1, 2, 3, 4, 5], [2.0, 1.0, 3.0, 5.0, 4.0], ["a", "a", "b", "b", "b"]
-    rho, p, orderings = review.within_kind_permutation(x, y, strata)
-    assert orderings == 2 * 6 and rho == pytest.approx(spearman(x, y))
-    brute = []
-    for first in itertools.permutations([0, 1]):
-        for second in itertools.permutations([2, 3, 4]):
-            brute.append(abs(spearman(x, [y[i] for i in (*first, *second)])) >= abs(rho) - 1e-12)
-    assert p == pytest.approx(np.mean(brute))
-    # one stratum holding every point is the exact permutation test over all orderings
-    assert review.within_kind_permutation(x, y, [0] * 5)[1] == pytest.approx(ca.exact_permutation_spearman(x, y)[1])
-    # every point its own stratum: the data are the only ordering, so p = 1
-    assert review.within_kind_permutation(x, y, range(5))[1:] == (1.0, 1)
-    with pytest.raises(ValueError, match="one value per point"):
-        review.within_kind_permutation(x, y, [0, 1])
 
 
 def test_the_kinds_are_read_from_the_stores_record_of_each_configuration(store):
@@ -51,16 +38,18 @@ def test_kind_test_on_the_shipped_store(store):
     t = review.kind_test(store)
     rise = review.window_means(store, "NLL rise")
     code = [review.KIND_ORDER.index(k) for k in review.kinds(store).values()]
-    assert t.rho_kind == pytest.approx(spearman(code, rise)) and round(t.rho_kind, 2) == -0.93
-    assert t.rho == pytest.approx(ca.cross_test(store, "R(2L)", "NLL rise", n_resamples=10).rho)
-    assert t.orderings == 36 and t.p_within == pytest.approx(4 / 36)  # strata of 1, 3 and 3 configurations
+    assert t.kind.statistic == pytest.approx(spearman(code, rise)) and round(t.kind.statistic, 2) == -0.93
+    assert t.kind.pvalue == pytest.approx(1 / 70)  # exact over the 7! orderings (ties in the kind code)
+    assert t.within.statistic == pytest.approx(ca.cross_test(store, "R(2L)", "NLL rise", n_resamples=10).statistic)
+    assert t.orderings == 36 and t.within.pvalue == pytest.approx(4 / 36)  # strata of 1, 3 and 3 configurations
+    assert len(t.within.null_distribution) == 36
 
 
 def test_paired_difference_is_the_window_bootstrap_of_the_per_window_difference(store):
     d = review.paired_difference(store, "bca-sink", "bca")
     a, b = ca.per_window(store, "bca-sink")["NLL rise"], ca.per_window(store, "bca")["NLL rise"]
     assert d == bootstrap_mean(a - b)
-    assert d.value == pytest.approx(a.mean() - b.mean())
+    assert d.statistic == pytest.approx(a.mean() - b.mean())
     assert str(d) == "0.4305 [0.3961, 0.4651]"  # what notebooks 07 and 08 print (rng 0, 10,000 resamples)
 
 
@@ -70,23 +59,24 @@ def test_sink_free_rows_agree_with_the_plans_summary_where_they_overlap(store):
     assert set(rows) == set(store.configurations())
     for name, row in rows.items():
         for key in ("R(L)", "R(2L)", "R(L) sink-free", "R(2L) sink-free", "drop"):
-            assert row[key].value == pytest.approx(summary[name][key].value)
+            assert row[key].statistic == pytest.approx(summary[name][key].statistic)
         free = row["drop sink-free"]
-        assert free.value == pytest.approx(row["R(2L) sink-free"].value / row["R(L) sink-free"].value)
-        assert free.low <= free.value <= free.high
+        assert free.statistic == pytest.approx(row["R(2L) sink-free"].statistic / row["R(L) sink-free"].statistic)
+        assert free.confidence_interval.low <= free.statistic <= free.confidence_interval.high
 
 
 def test_without_configurations_is_plan_v3s_rho_on_the_rest(store):
-    rho, p, n = review.without_configurations(store, "reach", "passkey past L", ["as-trained", "pi-2"])
+    test = review.without_configurations(store, "reach", "passkey past L", ["as-trained", "pi-2"])
     names = ["yarn-2", "ntk-2", "bca", "bca-sink", "streaming"]
     x = [ca.per_window(store, c)["reach"].mean() for c in names]
     y = [ca.per_window(store, c)["passkey past L"].mean() for c in names]
-    assert n == 5 and (rho, p) == pytest.approx(ca.exact_permutation_spearman(x, y))
+    assert len(test.null_distribution) == 120  # 5 configurations, every ordering counted
+    assert test == spearman_permutation_test(x, y)
 
 
 def _summaries(**changes):
     """Summaries in which every part of plan v3's prediction holds; ``changes`` overrides some values."""
-    est = lambda v, low=None, high=None: Estimate(v, v if low is None else low, v if high is None else high)  # noqa: E731
+    est = lambda v: BootstrapResult(v, ConfidenceInterval(v, v))  # noqa: E731
     values = {
         "as-trained": (2.0, 0.05, 0.0),
         "pi-2": (0.1, 0.3, 0.0),
@@ -103,11 +93,16 @@ def _summaries(**changes):
     }
 
 
+def _test(predictor, outcome, rho, p, low, high, largest_tie):
+    interval = ConfidenceInterval(low, high)
+    return CorrelationResult(rho, interval, 7, p, predictor, outcome, True, largest_tie=largest_tie)
+
+
 def _tests(nll=(-0.5, 0.3, -0.9, 0.1), pk_rho=0.3, reach_rho=0.6):
     return [
-        ca.CrossTest("R(2L)", "NLL rise", 7, *nll, 1),
-        ca.CrossTest("R(2L)", "passkey past L", 7, pk_rho, 0.5, -0.2, 0.6, 5),
-        ca.CrossTest("reach", "passkey past L", 7, reach_rho, 0.4, 0.1, 0.6, 5),
+        _test("R(2L)", "NLL rise", *nll, 1),
+        _test("R(2L)", "passkey past L", pk_rho, 0.5, -0.2, 0.6, 5),
+        _test("reach", "passkey past L", reach_rho, 0.4, 0.1, 0.6, 5),
     ]
 
 

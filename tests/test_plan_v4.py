@@ -14,7 +14,7 @@ from attnres_helpers import configured_store as cs
 from attnres_helpers import plan_v4
 from attnres_helpers.files import save_safetensors
 from attnres_helpers.passkey import KEY_DIGITS
-from attnres_helpers.stats import spearman
+from attnres_helpers.stats import ConfidenceInterval, CorrelationResult, spearman
 
 L = 1024
 
@@ -74,7 +74,7 @@ def test_the_within_kind_test_counts_every_ordering_as_a_brute_force_does():
     data = collected(x, y, noise=0.01)
     test = plan_v4.within_kinds(data, "R(2L)", "NLL rise", n_resamples=200)
     observed, p = brute_within(data.means("R(2L)"), data.means("NLL rise"), list(data.kinds))
-    assert test.exact and test.kinds == ("a", "b", "c")
+    assert test.exact and test.strata == ("a", "b", "c")
     assert test.statistic == pytest.approx(observed, abs=1e-12)
     assert test.pvalue == pytest.approx(p, abs=1e-12)
 
@@ -115,17 +115,21 @@ def test_head_to_head_says_r_adds_nothing_to_its_own_copy():
     data = collected(x, x, noise=0.01)
     data.values["NLL ≥ L"] = data.values["R(2L)"].copy()
     h = plan_v4.head_to_head(data, "far", "NLL ≥ L", n_resamples=100)
-    assert h.difference == pytest.approx(0.0) and math.isnan(h.partial)
+    assert h.difference.statistic == pytest.approx(0.0) and math.isnan(h.partial.statistic)
+
+
+def _test(outcome, pvalue):
+    return CorrelationResult(0.6, ConfidenceInterval(0.2, 0.9), 16, pvalue, "R(2L)", outcome)
 
 
 def test_verdicts_follow_the_plan():
-    t = plan_v4.RankTest("R(2L)", "far", 16, 0.6, 0.01, (0.2, 0.9), False)
+    t = _test("far", 0.01)
     assert plan_v4.verdict(t) == "supports"
     assert plan_v4.verdict(t, valid=False) == "inconclusive"
     assert plan_v4.verdict(t, tied_in_every_kind=True) == "inconclusive"
-    against = plan_v4.RankTest("R(2L)", "NLL rise", 16, 0.6, 0.01, (0.2, 0.9), False)
+    against = _test("NLL rise", 0.01)
     assert plan_v4.verdict(against, valid=False) == "evidence against"  # validity is the retrieval outcomes'
-    assert plan_v4.verdict(plan_v4.RankTest("R(2L)", "far", 16, 0.6, 0.2, (0.2, 0.9), False)) == "inconclusive"
+    assert plan_v4.verdict(_test("far", 0.2)) == "inconclusive"
 
 
 # ---------------------------------------------------------------------------- a synthetic plan-v4 store
@@ -194,11 +198,11 @@ def test_a_v4_store_gives_every_quantity_of_the_plan(tmp_path):
     data = plan_v4.collect(store)
     assert data.names == ("as-trained", "x") and data.kinds == ("as-trained", "remapped")
     s = plan_v4.summary(data, n_resamples=50)
-    assert s["x"]["far"].value == 1.0 and s["as-trained"]["far"].value == 0.0
-    assert s["as-trained"]["near past L"].value == 0.5 and s["as-trained"]["near inside L"].value == 0.5
-    assert s["x"]["NLL rise"].value == pytest.approx(0.005, rel=1e-4)  # float32 sums
-    assert s["x"]["entropy ≥ L"].value == pytest.approx(1.005, rel=1e-6)
-    assert s["x"]["reach"].value == 1.0 and s["x"]["ceiling past L"].value == 1.0
+    assert s["x"]["far"].statistic == 1.0 and s["as-trained"]["far"].statistic == 0.0
+    assert s["as-trained"]["near past L"].statistic == 0.5 and s["as-trained"]["near inside L"].statistic == 0.5
+    assert s["x"]["NLL rise"].statistic == pytest.approx(0.005, rel=1e-4)  # float32 sums
+    assert s["x"]["entropy ≥ L"].statistic == pytest.approx(1.005, rel=1e-6)
+    assert s["x"]["reach"].statistic == 1.0 and s["x"]["ceiling past L"].statistic == 1.0
     assert plan_v4.validity(data) == (True, {"near at L": 1.0, "ceiling at L": 1.0, "absent at L": 0.0})
     assert plan_v4.broken(data) == []
     profile_r = store.entry("x", 2 * L).profile().layer_resolutions()

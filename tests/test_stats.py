@@ -153,12 +153,18 @@ def _brute_cluster_bootstrap(x, y, clusters, n_resamples, seed, confidence_level
 # --------------------------------------------------------------------------- cluster bootstrap
 
 
+def _unpack(result):
+    """(statistic, (low, high)) of a BootstrapResult."""
+    return result.statistic, tuple(result.confidence_interval)
+
+
 def test_monotone_data_give_rho_one_and_a_degenerate_interval():
     x = np.array([0.3, 1.0, 2.5, 4.0, 7.0, 8.5, 11.0, 20.0])
     clusters = [0, 0, 1, 1, 2, 2, 3, 3]
-    assert spearman_cluster_bootstrap(x, x**3, clusters, n_resamples=500) == pytest.approx((1.0, 1.0, 1.0))
-    assert spearman_cluster_bootstrap(x, -np.exp(x), clusters, n_resamples=500) == pytest.approx((-1.0, -1.0, -1.0))
-    assert spearman_cluster_bootstrap(x, x, np.arange(8), n_resamples=500) == pytest.approx((1.0, 1.0, 1.0))
+    for y, c, rho in ((x**3, clusters, 1.0), (-np.exp(x), clusters, -1.0), (x, np.arange(8), 1.0)):
+        result = spearman_cluster_bootstrap(x, y, c, n_resamples=500)
+        assert (result.statistic, *result.confidence_interval) == pytest.approx((rho, rho, rho))
+        assert result.bootstrap_distribution.shape == (500,)
 
 
 def test_matches_explicit_expansion_of_each_resample():
@@ -166,7 +172,7 @@ def test_matches_explicit_expansion_of_each_resample():
     x = np.round(rng.normal(size=15), 1)  # rounding makes ties
     y = np.round(x + rng.normal(size=15), 1)
     clusters = rng.integers(0, 5, size=15)
-    rho, low, high = spearman_cluster_bootstrap(x, y, clusters, n_resamples=300, rng=7)
+    rho, (low, high) = _unpack(spearman_cluster_bootstrap(x, y, clusters, n_resamples=300, rng=7))
     assert rho == spearman(x, y)
     assert [low, high] == pytest.approx(_brute_cluster_bootstrap(x, y, clusters, 300, 7), abs=1e-12)
 
@@ -184,15 +190,17 @@ def test_singleton_clusters_are_the_point_bootstrap_and_duplicated_pairs_are_not
     rng = np.random.default_rng(5)
     x = rng.normal(size=20)
     y = x + rng.normal(scale=1.0, size=20)
-    rho, low, high = spearman_cluster_bootstrap(x, y, np.arange(20), n_resamples=2000, rng=3)
+    rho, (low, high) = _unpack(spearman_cluster_bootstrap(x, y, np.arange(20), n_resamples=2000, rng=3))
     assert low <= rho <= high
     # every point duplicated, the two copies one cluster: the draws are the same as for the
     # singleton bootstrap of the original data and the duplicated sample's ρ equals the original's
     x2, y2, pairs = np.repeat(x, 2), np.repeat(y, 2), np.repeat(np.arange(20), 2)
-    rho2, low2, high2 = spearman_cluster_bootstrap(x2, y2, pairs, n_resamples=2000, rng=3)
+    rho2, (low2, high2) = _unpack(spearman_cluster_bootstrap(x2, y2, pairs, n_resamples=2000, rng=3))
     assert (rho2, low2, high2) == pytest.approx((rho, low, high), abs=1e-12)
     # treating the 40 duplicated points as independent pretends to twice the data: narrower
-    _, naive_low, naive_high = spearman_cluster_bootstrap(x2, y2, np.arange(40), n_resamples=2000, rng=3)
+    naive_low, naive_high = spearman_cluster_bootstrap(
+        x2, y2, np.arange(40), n_resamples=2000, rng=3
+    ).confidence_interval
     assert naive_high - naive_low < 0.85 * (high2 - low2)
 
 
@@ -203,10 +211,10 @@ def test_two_clusters_of_copies_give_a_wide_interval_where_the_point_bootstrap_i
     x = np.concatenate([np.tile(xa, 40), np.tile(xb, 40)])
     y = np.concatenate([np.tile(ya, 40), np.tile(yb, 40)])
     clusters = np.repeat(["A", "B"], 200)
-    rho, low, high = spearman_cluster_bootstrap(x, y, clusters, n_resamples=2000)
+    rho, (low, high) = _unpack(spearman_cluster_bootstrap(x, y, clusters, n_resamples=2000))
     assert 0.5 < rho < 0.9  # pooled: the between-cluster rise wins
     assert low == pytest.approx(-1.0) and high == pytest.approx(1.0)  # AA: +1, BB: −1, AB: pooled
-    _, naive_low, naive_high = spearman_cluster_bootstrap(x, y, np.arange(400), n_resamples=2000)
+    naive_low, naive_high = spearman_cluster_bootstrap(x, y, np.arange(400), n_resamples=2000).confidence_interval
     assert naive_low <= rho <= naive_high
     assert naive_high - naive_low < 0.3
     assert naive_low > 0.3  # the point bootstrap would (wrongly) exclude 0
@@ -222,7 +230,7 @@ def test_too_many_undefined_resamples_raise():
         spearman_cluster_bootstrap(x, y, clusters, n_resamples=2000)
     # six singleton clusters constant in x and one varying pair: ~(6/7)^7 ≈ 34% dropped, kept ones define it
     x, y, clusters = np.array([1.0, 1, 1, 1, 1, 1, 2, 3]), np.arange(8.0), [0, 1, 2, 3, 4, 5, 6, 6]
-    _, low, high = spearman_cluster_bootstrap(x, y, clusters, n_resamples=500)
+    low, high = spearman_cluster_bootstrap(x, y, clusters, n_resamples=500).confidence_interval
     assert [low, high] == pytest.approx(_brute_cluster_bootstrap(x, y, clusters, 500, 0), abs=1e-12)
 
 
@@ -251,6 +259,11 @@ def test_cluster_bootstrap_rejects_bad_inputs(kwargs, message):
 # --------------------------------------------------------------------------- permutation test
 
 
+def _pair(result):
+    """(statistic, pvalue) of a PermutationTestResult."""
+    return result.statistic, result.pvalue
+
+
 def _is_valid_p(p, n_resamples):
     k = p * (n_resamples + 1) - 1
     return 0 < p <= 1 and abs(k - round(k)) < 1e-6 and round(k) >= 0
@@ -259,7 +272,7 @@ def _is_valid_p(p, n_resamples):
 @pytest.mark.parametrize("sign", [1, -1])
 def test_monotone_data_give_a_tiny_permutation_p(sign):
     x = np.array([0.5, 1.0, 2.0, 3.5, 4.0, 6.0, 9.0, 10.0])  # n = 8: P(|ρ_perm| = 1) = 2/8! ≈ 5e-5
-    rho, p = spearman_permutation_test(x, sign * x**2, n_resamples=10000, rng=0)
+    rho, p = _pair(spearman_permutation_test(x, sign * x**2, n_resamples=10000, rng=0))
     assert rho == pytest.approx(sign * 1.0)
     assert _is_valid_p(p, 10000)
     assert p <= 0.01
@@ -269,7 +282,7 @@ def test_monotone_data_give_a_tiny_permutation_p(sign):
 def test_independent_data_give_a_large_p():
     rng = np.random.default_rng(1)
     x, y = rng.normal(size=30), rng.normal(size=30)
-    rho, p = spearman_permutation_test(x, y, n_resamples=5000, rng=0)
+    rho, p = _pair(spearman_permutation_test(x, y, n_resamples=5000, rng=0))
     assert rho == spearman(x, y)
     assert _is_valid_p(p, 5000)
     assert p > 0.05
@@ -280,8 +293,8 @@ def test_permutation_p_is_two_sided():
     rng = np.random.default_rng(8)
     x = rng.normal(size=25)
     y = -x + rng.normal(scale=0.8, size=25)
-    rho, p = spearman_permutation_test(x, y, n_resamples=4000, rng=1)
-    _, p_flipped = spearman_permutation_test(x, -y, n_resamples=4000, rng=1)
+    rho, p = _pair(spearman_permutation_test(x, y, n_resamples=4000, rng=1))
+    p_flipped = spearman_permutation_test(x, -y, n_resamples=4000, rng=1).pvalue
     assert rho < -0.5
     assert p < 0.01
     assert p == p_flipped  # |ρ| is symmetric in the sign of y
@@ -291,8 +304,9 @@ def test_permutation_p_with_ties_counts_exact_ties():
     # x binary, y binary: only a few distinct ρ values, so ties with ρ_obs are frequent
     x = np.array([0, 0, 0, 1, 1, 1.0])
     y = np.array([0, 0, 1, 0, 1, 1.0])
-    rho, p = spearman_permutation_test(x, y, n_resamples=4000, rng=2)
-    # exact: ρ takes ±1 w.p. 1/20 each, ±1/3 w.p. 9/20 each, so P(|ρ| ≥ 1/3) = 1
+    rho, p = _pair(spearman_permutation_test(x, y, n_resamples=4000, rng=2))
+    # exact (6! = 720 orderings ≤ 4000, every one counted): ρ takes ±1 w.p. 1/20 each, ±1/3 w.p. 9/20 each,
+    # so P(|ρ| ≥ 1/3) = 1
     assert rho == pytest.approx(1 / 3)
     assert p == 1.0
 
@@ -387,10 +401,12 @@ def test_bootstrap_mean_is_the_mean_with_an_interval_that_holds_it_and_collapses
     from attnres_helpers.stats import bootstrap_mean
 
     e = bootstrap_mean([1.0, 2.0, 3.0, 6.0], n_resamples=2000, rng=1)
-    assert e.value == 3.0 and 1.0 <= e.low < 3.0 < e.high <= 6.0
+    low, high = e.confidence_interval
+    assert e.statistic == 3.0 and 1.0 <= low < 3.0 < high <= 6.0
+    assert e.bootstrap_distribution.shape == (2000,) and str(e) == f"3 [{low:.4g}, {high:.4g}]"
     assert bootstrap_mean([0.5] * 5, n_resamples=100) == bootstrap_mean([0.5] * 5, n_resamples=100)
     constant = bootstrap_mean([0.5] * 5, n_resamples=100)
-    assert constant.low == constant.value == constant.high == 0.5
+    assert constant.confidence_interval.low == constant.statistic == constant.confidence_interval.high == 0.5
     for bad in ([1.0], [[1.0, 2.0]], [1.0, float("nan")]):
         with pytest.raises(ValueError, match="one finite value per window"):
             bootstrap_mean(bad)
@@ -398,12 +414,13 @@ def test_bootstrap_mean_is_the_mean_with_an_interval_that_holds_it_and_collapses
 
 def test_the_unstratified_permutation_test_agrees_with_scipys():
     """Without strata, spearman_permutation_test is scipy's permutation_test with permutation_type="pairings"
-    and Spearman's ρ: the same statistic, and p-values within Monte Carlo error (10,000 resamples each: the
+    (on |ρ|, so that p counts |ρ_b| ≥ |ρ_obs|): against scipy's own two-sided p with Spearman's ρ itself, the same
+    statistic, and p-values within Monte Carlo error (10,000 resamples each: the
     standard error of the difference of two p near 0.15 is about 0.005; 0.025 is five of them). A one-sided
     count would halve p and fail."""
     import scipy.stats
 
-    from attnres_helpers.stats import PermutationResult, spearman, spearman_permutation_test
+    from attnres_helpers.stats import PermutationTestResult, spearman, spearman_permutation_test
 
     rng = np.random.default_rng(3)
     x = rng.normal(size=24)
@@ -419,7 +436,5 @@ def test_the_unstratified_permutation_test_agrees_with_scipys():
     theirs = scipy.stats.permutation_test(
         (x, y), rho, vectorized=True, permutation_type="pairings", n_resamples=10000, rng=1
     )
-    assert isinstance(ours, PermutationResult) and ours.statistic == pytest.approx(theirs.statistic, abs=1e-12)
+    assert isinstance(ours, PermutationTestResult) and ours.statistic == pytest.approx(theirs.statistic, abs=1e-12)
     assert 0.05 < ours.pvalue < 0.5 and abs(ours.pvalue - theirs.pvalue) < 0.025
-    rho, p = ours  # still unpacks as (rho, p)
-    assert (rho, p) == (ours.statistic, ours.pvalue)

@@ -40,15 +40,22 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from .files import exclusive, regular_file, save_safetensors
+from .files import differing_settings, exclusive, save_safetensors
 from .passkey import KEY_DIGITS, KINDS
-from .store import Profile, dequantize, quantize
+from .store import Profile, dequantize, open_store, quantize, store_kind
 
 HEADER_KEY = "attnres-configurations"
 NLL_BLOCK = 512
 PASSKEY_FIELDS = ("distance", "kind", "query_at", "logprob", "correct")
 MISSING = torch.iinfo(torch.int16).min  # store.quantize's code for -inf (a distance with no pairs)
-SHARED_SETTINGS = ("plan", "model", "train_len", "n_windows", "key_sentence", "query_sentence")  # one per store
+# the settings of a window file that are its own (its job's); every other one is the store's, shared by every
+# window file of it: a setting added later is shared, so checked across them, unless it is added here
+PER_WINDOW_SETTINGS = ("configuration", "kind", "rope", "remap", "mask", "T", "window", "trials")
+
+
+def shared_settings(settings: dict) -> dict:
+    """The settings of a window file that every window file of one store shares (all but its job's own)."""
+    return {k: v for k, v in settings.items() if k not in PER_WINDOW_SETTINGS}
 
 
 def read_window_file(path: Path) -> tuple[dict, list[dict], dict[str, torch.Tensor]]:
@@ -213,14 +220,13 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
             check_window(by_window[w], settings, trials, raw)
             if (settings["configuration"], settings["T"], settings["window"]) != (name, T, w):
                 raise ValueError(f"window file {by_window[w]} holds {settings['configuration']} T={settings['T']}")
-            shared = {k: settings.get(k) for k in SHARED_SETTINGS}
+            shared = shared_settings(settings)
             if common is None:
-                common, first = shared, (by_window[w], raw["s_hat"].shape[0], len(trials))
-            elif shared != common:
-                differ = ", ".join(k for k in SHARED_SETTINGS if shared[k] != common[k])
+                common, first = shared, by_window[w]
+            elif differ := differing_settings(common, shared):
                 raise ValueError(
-                    f"window file {by_window[w]} was measured with other settings ({differ}) than {first[0]}; "
-                    "delete the files of one of them"
+                    f"window file {by_window[w]} was measured with other settings ({', '.join(differ)}) than "
+                    f"{first}; delete the files of one of them"
                 )
             if w and (raw["s_hat"].shape, len(trials)) != (sums["s_hat"].shape, len(values[0]["passkey/kind"])):
                 raise ValueError(
@@ -284,25 +290,24 @@ def _kept_from(store: Path, entries: dict, common: dict, folder: Path) -> dict[s
     if not store.is_file() or not is_configured_store(store):
         return {}
     load(store)  # a malformed store is refused, naming the field, before any of it is kept
-    with safe_open(store, framework="pt") as f:
-        about = json.loads(f.metadata()[HEADER_KEY])
-        kept = {}
-        for prefix, info in about["entries"].items():
-            if prefix in entries and entries[prefix]["windows"] >= info["windows"]:
-                continue
-            if prefix in entries:  # fewer windows now: the stored ones only if measured alike
-                new = entries[prefix]
-                differ = sorted(k for k in {*info, *new} - {"windows"} if info.get(k) != new.get(k))
-                if differ:
-                    had, now = info["windows"], new["windows"]
-                    raise ValueError(
-                        f"{store} holds {prefix} from {had} windows measured with other settings "
-                        f"({', '.join(differ)}) than the {now} window file{'' if now == 1 else 's'} of it under "
-                        f"{folder}: measure its windows {now} … {had - 1} too, or move the store away to build it "
-                        "from the window files alone"
-                    )
-            kept[prefix] = (info, {n: f.get_tensor(n) for n in f.keys() if n.startswith(prefix + "/")})
-    differ = sorted(k for k in common if about.get(k) != common[k])
+    _, about, tensors = open_store(store, (HEADER_KEY,), "configurations store")
+    kept = {}
+    for prefix, info in about["entries"].items():
+        if prefix in entries and entries[prefix]["windows"] >= info["windows"]:
+            continue
+        if prefix in entries:  # fewer windows now: the stored ones only if measured alike
+            new = entries[prefix]
+            differ = [k for k in differing_settings(info, new) if k != "windows"]
+            if differ:
+                had, now = info["windows"], new["windows"]
+                raise ValueError(
+                    f"{store} holds {prefix} from {had} windows measured with other settings "
+                    f"({', '.join(differ)}) than the {now} window file{'' if now == 1 else 's'} of it under "
+                    f"{folder}: measure its windows {now} … {had - 1} too, or move the store away to build it "
+                    "from the window files alone"
+                )
+        kept[prefix] = (info, {n: t for n, t in tensors.items() if n.startswith(prefix + "/")})
+    differ = differing_settings({k: about.get(k) for k in common}, common)
     if kept and differ:
         raise ValueError(f"{store} holds windows measured with other settings ({', '.join(differ)}); move it away")
     return kept
@@ -385,40 +390,22 @@ class ConfiguredStore:
 
 
 def is_configured_store(path: str | Path) -> bool:
-    """Whether ``path`` is a readable regular safetensors file whose header is this store's (False
-    otherwise: a named pipe is not opened, it would block)."""
-    try:
-        if not Path(path).is_file():
-            return False
-        with safe_open(Path(path), framework="pt") as f:
-            return HEADER_KEY in (f.metadata() or {})
-    except Exception:  # not a safetensors file at all: the ordinary store reader says why
-        return False
+    """Whether ``path`` is a readable regular safetensors file whose header is this store's
+    (:func:`store.store_kind`; a named pipe is not opened, it would block)."""
+    return store_kind(path) == HEADER_KEY
 
 
 def load(path: str | Path) -> ConfiguredStore:
-    """The store at ``path``; a missing or malformed one is one error naming it and the field
-    (:func:`_checked_entries`: every field against the layout :func:`build` writes)."""
+    """The store at ``path`` (:func:`store.open_store`); a missing or malformed one is one error naming it and
+    the field (:func:`_checked_entries`: every field against the layout :func:`build` writes)."""
     path = Path(path)
     try:
-        regular_file(path, "configurations store")
+        _, about, tensors = open_store(path, (HEADER_KEY,), "configurations store")
     except FileNotFoundError:
         raise FileNotFoundError(
             f"configurations store {path} is missing; build it with `python -m attnres_helpers configurations`"
         ) from None
     try:
-        with safe_open(path, framework="pt") as f:
-            meta = f.metadata() or {}
-            tensors = {name: f.get_tensor(name) for name in f.keys()}
-    except Exception as err:
-        raise ValueError(f"configurations store {path} is corrupt or not a configurations store ({err})") from None
-    if HEADER_KEY not in meta:
-        raise ValueError(f"{path} is not a configurations store: its header has no {HEADER_KEY!r}")
-    try:
-        try:
-            about = json.loads(meta[HEADER_KEY])
-        except ValueError as err:
-            raise ValueError(f"the header is not JSON ({err})") from None
         return ConfiguredStore(about, _checked_entries(about, tensors))
     except ValueError as err:
         raise ValueError(f"configurations store {path}: {err}") from None

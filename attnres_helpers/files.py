@@ -7,6 +7,7 @@ import errno
 import fcntl
 import glob
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -67,6 +68,15 @@ def _umask() -> int:
 def write_text_atomic(path: Path, text: str) -> None:
     """``path.write_text(text)``, atomically."""
     atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def differing_settings(stored: dict, wanted: dict) -> list[str]:
+    """The one "written under other settings" check: the keys, sorted, whose values differ between the
+    settings a file was written under (``stored``, read back from its JSON header) and those of this run
+    (``wanted``), both taken as JSON gives them back (a tuple is a list, a key a string); a key present in
+    one only differs too. Keyed by the settings themselves: a setting added later is compared unasked."""
+    stored, wanted = json.loads(json.dumps(stored)), json.loads(json.dumps(wanted))
+    return sorted(k for k in {*stored, *wanted} if k not in stored or k not in wanted or stored[k] != wanted[k])
 
 
 def regular_file(path: Path, what: str) -> Path:

@@ -12,12 +12,15 @@ and boundary, and perplexity before and past L, are queries over them
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import json
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from .data import eval_windows
+from .files import differing_settings, save_safetensors
 from .metric import ScoreAccumulator
 from .store import Profile, profile_of_means
 
@@ -36,36 +39,118 @@ def attention_scores(model: torch.nn.Module, tokens: torch.Tensor, bca: bool = F
     return scores
 
 
-WINDOW_MEANS = ("s_hat", "key0", "nll")  # what every measurement averages over its windows
+WINDOW_MEANS = ("s_hat", "key0", "nll")  # what every measurement of ŝ averages over its windows
 
 
-def mean_over_windows(
-    statistics: Callable[[torch.Tensor], dict[str, torch.Tensor]],
-    windows: torch.Tensor,
+def window_loop(
+    windows: Sequence,
+    measure: Callable[[Sequence], dict[str, torch.Tensor]],
+    kept: Sums | WindowFiles,
     batch_size: int = 1,
-    sums: dict[str, torch.Tensor] | None = None,
-    done: int = 0,
-    after: Callable[[int, dict, dict], None] | None = None,
-) -> dict[str, torch.Tensor]:
-    """The one window loop of every measurement, our models' and pretrained ones': ``statistics(batch)``
-    sums ŝ, key0 ``(layers, H, T)`` and NLL ``(T,)`` over each batch of ``windows (n, T+1)`` in turn; returns
-    each total divided by n. ``sums`` and ``done``: what an earlier, stopped run summed over the first
-    ``done`` windows (it continues from there); ``after(done, batch_sums, sums)`` runs after each batch
-    (a pretrained measurement writes its work file and keeps each window's R there)."""
-    sums = dict(sums or {})
-    for start in range(done, windows.shape[0], batch_size):
-        batch = windows[start : start + batch_size]
-        batch_sums = statistics(batch)
-        for name, value in batch_sums.items():
-            sums[name] = sums.get(name, 0.0) + value
+    share: tuple[int, int] = (0, 1),
+    bar=None,
+    after: Callable[[range], None] | None = None,
+) -> Sums | WindowFiles:
+    """The one window loop of every measurement (our models', pretrained models', the configurations', the
+    sinks'): ``measure`` each run of up to ``batch_size`` consecutive ``windows`` (a tensor's rows, or any
+    sequence: a configuration's jobs) not yet done in what is ``kept``, fold what it returns into ``kept`` and
+    write ``kept`` (its work file, atomically) after each, so that a stopped run resumes where it stopped.
+    ``kept`` is :class:`Sums` (sums and a count, and values kept per window) or :class:`WindowFiles` (one
+    file per window). Which windows are to do is settled before the first is measured (a file written under
+    other settings is refused then); ``share`` (rank, world): every world-th of them from rank on.
+    ``bar`` (tqdm) advances and ``after(windows done)`` runs after each batch."""
+    todo = [i for i in range(len(windows)) if not kept.done(i)][share[0] :: share[1]]
+    start = 0
+    while start < len(todo):
+        stop = start + 1
+        while stop < len(todo) and stop - start < batch_size and todo[stop] == todo[stop - 1] + 1:
+            stop += 1
+        batch = range(todo[start], todo[stop - 1] + 1)
+        kept.fold(batch, measure(windows[batch.start : batch.stop]))
+        kept.write()
+        if bar is not None:
+            bar.update(len(batch))
         if after is not None:
-            after(start + batch.shape[0], batch_sums, sums)
-    return {name: value / windows.shape[0] for name, value in sums.items()}
+            after(batch)
+        start = stop
+    return kept
+
+
+class Sums:
+    """What a window loop keeps where means are wanted: each value's sum over the windows done, and their
+    count (windows are folded in order); a value named ``window/<name>`` (windows of the batch first) is kept
+    for every window instead, stacked (the window bootstrap's input, a sink's weights). ``save(sums)``
+    writes the work file a rerun resumes from (:func:`window_loop` calls it after each window)."""
+
+    def __init__(self, sums: dict | None = None, count: int = 0, save: Callable[[Sums], None] | None = None):
+        self.sums, self.count, self.save = dict(sums or {}), count, save
+
+    def done(self, window: int) -> bool:
+        return window < self.count
+
+    def fold(self, windows: range, values: dict[str, torch.Tensor]) -> None:
+        if windows.start != self.count:
+            raise ValueError(f"windows are summed in order: window {windows.start} after {self.count}")
+        for name, value in values.items():
+            if name.startswith("window/"):
+                earlier = self.sums.get(name)
+                self.sums[name] = value if earlier is None else torch.cat([earlier, value])
+            else:
+                self.sums[name] = self.sums.get(name, 0.0) + value
+        self.count = windows.stop
+
+    def write(self) -> None:
+        if self.save is not None:
+            self.save(self)
+
+    def means(self) -> dict[str, torch.Tensor]:
+        """Each summed value over the count of windows."""
+        return {name: v / self.count for name, v in self.sums.items() if not name.startswith("window/")}
+
+
+class WindowFiles:
+    """What a window loop keeps where each window's values are kept whole (the configurations: per-window
+    R, NLL and passkey trials, the store built from them later): window i is the file ``paths[i]``, written
+    (atomically) with ``settings[i]`` and ``metadata[i]`` (JSON) in its header. It is done when the file is
+    there; a file written under other settings (:func:`files.differing_settings` against ``read(path)``, its
+    stored settings) is refused by ``refuse(path, differing keys, stored)``, which raises."""
+
+    def __init__(self, paths, settings, metadata, read: Callable[[Path], dict], refuse=None):
+        self.paths, self.settings, self.metadata, self.read = list(paths), list(settings), list(metadata), read
+        self.refuse, self.folded, self.checked = refuse, [], set()
+
+    def done(self, window: int) -> bool:
+        path = self.paths[window]
+        if window in self.checked or not path.is_file():
+            return window in self.checked
+        stored = self.read(path)
+        differ = differing_settings(stored, self.settings[window])
+        if differ:
+            if self.refuse is not None:
+                self.refuse(path, differ, stored)
+            raise ValueError(f"{path} was written with other settings ({', '.join(differ)}); delete it to redo")
+        self.checked.add(window)
+        return True
+
+    def fold(self, windows: range, values: dict[str, torch.Tensor]) -> None:
+        if len(windows) != 1:
+            raise ValueError("one file per window: fold windows one at a time")
+        self.folded.append((windows.start, values))
+
+    def write(self) -> None:
+        for i, values in self.folded:
+            header = {
+                "settings": json.dumps(self.settings[i]),
+                **{k: json.dumps(v) for k, v in self.metadata[i].items()},
+            }
+            save_safetensors(self.paths[i], {k: v.contiguous() for k, v in values.items()}, header)
+            self.checked.add(i)
+        self.folded = []
 
 
 @torch.no_grad()
 def measure_windows(model: torch.nn.Module, windows: torch.Tensor, bca: bool = False, batch_size: int = 8) -> dict:
-    """Run held-out ``windows (n, T+1)`` through the model (:func:`mean_over_windows`).
+    """Run held-out ``windows (n, T+1)`` through the model, ``batch_size`` at a time (:func:`window_loop`).
 
     Returns ``s_hat (layers, H, T)`` (ŝ averaged over every window), ``key0 (layers, H, T)`` (the
     mean score of each query on key 0, -inf where masked) and ``nll (T,)``, the mean next-token
@@ -91,7 +176,7 @@ def measure_windows(model: torch.nn.Module, windows: torch.Tensor, bca: bool = F
             "nll": nll.double().sum(0).cpu(),  # (T,)
         }
 
-    return mean_over_windows(statistics, windows, batch_size)
+    return window_loop(windows, statistics, Sums(), batch_size).means()
 
 
 def _count(value) -> bool:

@@ -363,16 +363,16 @@ def load_curves(path: str | Path) -> dict[tuple[str, bool], CopyCurve]:
     not ``<run>/copy/<0|1>``, with gaps not distinct integers >= 0, or NLLs not finite ``(gaps, probes)``
     floats is an error naming the store and the curve."""
     out = {}
-    with safe_open(regular_file(path, "measurement store"), framework="pt") as f:
-        for name in sorted(n for n in f.keys() if n.endswith("/gaps")):
-            prefix = name[: -len("/gaps")]
-            try:
-                parts = prefix.split("/")
-                if len(parts) != 3 or not parts[0] or parts[1] != "copy" or parts[2] not in ("0", "1"):
-                    raise ValueError("a copy curve is named <run>/copy/<0 or 1>")
-                out[(parts[0], parts[2] == "1")] = _curve(*(f.get_tensor(f"{prefix}/{field}") for field in COPY_FIELDS))
-            except (SafetensorError, ValueError) as err:
-                raise ValueError(f"measurement store {path}: copy curve {prefix!r} is malformed ({err})") from err
+    _, _, tensors = open_store(path, (HEADER_KEY, "attnres-copy-control"))
+    for name in sorted(n for n in tensors if n.endswith("/gaps")):
+        prefix = name[: -len("/gaps")]
+        try:
+            parts = prefix.split("/")
+            if len(parts) != 3 or not parts[0] or parts[1] != "copy" or parts[2] not in ("0", "1"):
+                raise ValueError("a copy curve is named <run>/copy/<0 or 1>")
+            out[(parts[0], parts[2] == "1")] = _curve(*(tensors[f"{prefix}/{field}"] for field in COPY_FIELDS))
+        except (KeyError, ValueError) as err:
+            raise ValueError(f"measurement store {path}: copy curve {prefix!r} is malformed ({err})") from err
     return out
 
 
@@ -394,16 +394,15 @@ def load_window_values(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
     """The per-window values of a store (:func:`save_profiles`' ``window_values``) by profile key, float64;
     {} for a store without them. Every value of one profile has one entry per window."""
     out: dict[str, dict[str, torch.Tensor]] = {}
-    with safe_open(regular_file(path, "measurement store"), framework="pt") as f:
-        for name in sorted(n for n in f.keys() if "/window/" in n):
-            parts = name.split("/")
-            key, value = "/".join(parts[:3]), parts[-1]
-            t = f.get_tensor(name)
-            if len(parts) != 5 or parts[3] != "window" or not _canonical(key) or not value.isidentifier():
-                raise ValueError(f"measurement store {path}: window values {name!r} are not <key>/window/<name>")
-            if not t.is_floating_point() or t.ndim < 1 or not torch.isfinite(t).all():
-                raise ValueError(f"measurement store {path}: window values {name!r} are malformed")
-            out.setdefault(key, {})[value] = t.double()
+    _, _, tensors = open_store(path, (HEADER_KEY,))
+    for name in sorted(n for n in tensors if "/window/" in n):
+        parts = name.split("/")
+        key, value, t = "/".join(parts[:3]), parts[-1], tensors[name]
+        if len(parts) != 5 or parts[3] != "window" or not _canonical(key) or not value.isidentifier():
+            raise ValueError(f"measurement store {path}: window values {name!r} are not <key>/window/<name>")
+        if not t.is_floating_point() or t.ndim < 1 or not torch.isfinite(t).all():
+            raise ValueError(f"measurement store {path}: window values {name!r} are malformed")
+        out.setdefault(key, {})[value] = t.double()
     for key, values in out.items():
         if len({t.shape[0] for t in values.values()}) != 1:
             raise ValueError(
@@ -412,7 +411,9 @@ def load_window_values(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
     return out
 
 
-OTHER_STORES = {  # the header keys of the project's other safetensors files: what each is and what reads it
+STORE_KINDS = {  # a store file's header key: what the file is, and what reads it (PATH: the file's path)
+    HEADER_KEY: "a measurement store: `python -m attnres_helpers results --store PATH` prints it "
+    "(attnres_helpers.store.load_profiles)",
     "attnres-configurations": "a configurations store (plans v3 and v4), not a measurement store: "
     "`python -m attnres_helpers results --store PATH` prints it, and notebook 08 reads it",
     "attnres-sinks": "a sinks file (notebook 07's moved first token, written by `python -m attnres_helpers sinks`), "
@@ -424,24 +425,54 @@ OTHER_STORES = {  # the header keys of the project's other safetensors files: wh
 
 
 class OtherStore(ValueError):
-    """A sound file of the project's other kinds (:data:`OTHER_STORES`) where a measurement store was asked for."""
+    """A sound store file of another kind (:data:`STORE_KINDS`) than the one asked for."""
 
 
-def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
-    """(profiles, about) from a store file; a missing, corrupt or inconsistent file raises an error naming it."""
-    path = regular_file(path, "measurement store")
+def store_kind(path: str | Path) -> str | None:
+    """The kind of store ``path`` is (its header key in :data:`STORE_KINDS`), or None for anything else: not
+    a regular file (a named pipe is not opened, it would block), not safetensors, or no store's header."""
+    try:
+        if not Path(path).is_file():
+            return None
+        with safe_open(Path(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except Exception:  # not a safetensors file at all: open_store says why
+        return None
+    return next((kind for kind in STORE_KINDS if kind in metadata), None)
+
+
+def open_store(path: str | Path, kinds: Collection[str], what: str = "measurement store") -> tuple[str, object, dict]:
+    """The one reader of every store file, before its layout's field checks (:func:`load_profiles`,
+    :func:`load_curves`, :func:`load_window_values`, :func:`configured_store.load`, :func:`hf.sinks.load_sinks`):
+    ``(kind, header, tensors)``, the kind told by the header's key (:data:`STORE_KINDS`). ``path`` is checked to
+    be a regular file first (``what``: how the messages name it); a sound store of a kind not in ``kinds`` is an
+    :class:`OtherStore` saying what it is and what reads it; a missing file, FileNotFoundError; a torn file, a
+    file with no store's header, or a header that is not JSON, one ValueError naming the file."""
+    path = regular_file(path, what)
     try:
         with safe_open(path, framework="pt") as f:
             metadata = f.metadata() or {}
-            other = [kind for key, kind in OTHER_STORES.items() if key in metadata and HEADER_KEY not in metadata]
-            tensors = {} if other else {name: f.get_tensor(name) for name in f.keys()}
-        if other:  # a sound file of another kind: say which, and what reads it
-            raise OtherStore(f"{path} is {other[0].replace('PATH', str(path))}")
-        header = json.loads(metadata[HEADER_KEY])
+            kind = next((kind for kind in STORE_KINDS if kind in metadata), None)
+            if kind is not None and kind not in kinds:  # a sound file of another kind: say which, and what reads it
+                raise OtherStore(f"{path} is {STORE_KINDS[kind].replace('PATH', str(path))}")
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+        if kind is None:
+            raise KeyError(" or ".join(map(repr, kinds)))
     except (SafetensorError, OSError, KeyError, ValueError, TypeError) as err:
         if isinstance(err, OtherStore):
             raise
-        raise ValueError(f"measurement store {path} is corrupt or not a store ({err})") from err
+        raise ValueError(f"{what} {path} is corrupt or not a store ({err})") from None
+    try:
+        return kind, json.loads(metadata[kind]), tensors
+    except ValueError as err:
+        raise ValueError(f"{what} {path}: the header is not JSON ({err})") from None
+
+
+def load_profiles(path: str | Path) -> tuple[list[Profile], dict]:
+    """(profiles, about) from a store file (:func:`open_store`); a missing, corrupt or inconsistent file
+    raises an error naming it."""
+    path = Path(path)
+    _, header, tensors = open_store(path, (HEADER_KEY,))
     runs = header.get("runs") if isinstance(header, dict) else None
     if not isinstance(runs, dict):
         raise ValueError(f"measurement store {path} has no run metadata")

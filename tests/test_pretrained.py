@@ -181,8 +181,9 @@ def test_a_tiny_llama_folder_is_measured_under_yarn_2_from_the_command_line(tiny
     assert result.returncode == 0, result.stderr
     layers = [r for r in json.loads(result.stdout) if r.get("layer") == 0]
     assert len(layers) == 2
-    for r in layers:  # int16 codes of ŝ: R within a code step's effect
-        for tag in ("", "_sink_free"):
+    for r in layers:  # int16 codes of ŝ: R within a code step's effect; key-0 codes only past L (plan v4's rule)
+        assert ("resolution_of_stored_s_hat_sink_free" in r) == (r["eval_len"] > loaded.train_len)
+        for tag in ("", "_sink_free") if r["eval_len"] > loaded.train_len else ("",):
             a, b = r[f"resolution_of_stored_s_hat{tag}"], r[f"resolution_of_mean_s_hat{tag}"]
             assert abs(a - b) <= 1e-4 * abs(b) + 1e-7, (r["configuration"], tag, a, b)
 

@@ -775,3 +775,21 @@ def test_a_shipped_file_of_another_kind_is_named_with_what_reads_it(cli, name, k
     if name != "configurations":  # results prints that one
         out = cli("results", str(STORES[name]))
         assert out.returncode == 1 and out.stderr.splitlines() == [f"error: {message}"]
+
+
+def test_every_shipped_store_is_opened_by_the_one_reader_by_its_header():
+    """store.open_store reads every store file, its kind told by its header: each shipped file is one kind,
+    opens as it, and asked as any other kind is refused unread, saying what it is (STORE_KINDS)."""
+    import re
+
+    from attnres_helpers.paths import RESULTS
+    from attnres_helpers.store import STORE_KINDS, OtherStore, open_store, store_kind
+
+    shipped = sorted(RESULTS.glob("*.safetensors"))
+    assert len(shipped) >= 10
+    for path in shipped:
+        kind = store_kind(path)
+        assert kind in STORE_KINDS, path
+        assert open_store(path, (kind,))[0] == kind
+        with pytest.raises(OtherStore, match=rf"^{re.escape(str(path))} is {re.escape(STORE_KINDS[kind][:20])}"):
+            open_store(path, tuple(k for k in STORE_KINDS if k != kind))

@@ -22,7 +22,6 @@ are measured once, as ``as-trained``.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,12 +30,12 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import passkey
-from ..configured_store import read_window_file
+from ..configured_store import PER_WINDOW_SETTINGS, read_window_file
 from ..data import eval_windows, load_corpus
-from ..files import save_safetensors
+from ..measure import WindowFiles, window_loop
 from . import configured_attention
 from .configurations import CONFIGURATIONS, Configuration, applied, check_applies
-from .pretrained import _nll_in_chunks
+from .pretrained import window_pass
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -81,10 +80,10 @@ def window_layout(ids: torch.Tensor, T: int, train_len: int, window: int, n_wind
 def measure_window(
     model: PreTrainedModel, layout: passkey.Layout, configuration: Configuration, train_len: int
 ) -> dict[str, torch.Tensor]:
-    """One forward pass of ``layout.tokens`` under ``configuration``: s_hat and key0 (layers, 1, T)
+    """One forward pass of ``layout.tokens`` under ``configuration`` (the capture, pass and NLL of every
+    `transformers` measurement, :func:`.pretrained.window_pass`): s_hat and key0 (layers, 1, T)
     float32 (head means), entropy (layers, T) float32 (head mean), nll (T,) float32, the passkey scores
     (n,) and ``inserted`` (T,)."""
-    x = layout.tokens[None, :-1]
     s_hats, key0s, entropies = [], [], []
 
     def consume(layer: configured_attention.ConfiguredLayer) -> None:
@@ -92,9 +91,9 @@ def measure_window(
         key0s.append(configured_attention.configured_key0(layer).mean(0, keepdim=True).float())
         entropies.append(layer.entropy.mean((0, 1)).float())
 
-    with applied(model, configuration, train_len), configured_attention.capturing(consume):
-        hidden = model.base_model(input_ids=x, use_cache=False).last_hidden_state[0]
-    nll = _nll_in_chunks(model, hidden[None], layout.tokens[None, 1:]).float()
+    with applied(model, configuration, train_len):
+        hidden, nll = window_pass(model, layout.tokens, consume, configured_attention.capturing)
+    hidden, nll = hidden[0], nll.float()
     head = model.get_output_embeddings()
     scores = passkey.score(lambda pos: torch.log_softmax(head(hidden[pos]).float(), -1), layout.tokens, layout.trials)
     return {
@@ -142,31 +141,23 @@ def job_path(folder: Path, name: str, T: int, window: int) -> Path:
     return Path(folder) / name / str(T) / f"window-{window}.safetensors"
 
 
-def _done(path: Path, settings: dict) -> bool:
-    """Whether the window file at ``path`` holds this job, measured with ``settings``. A file measured with
-    other settings is an error naming the folder to clear: the work folder where a setting every window
-    shares differs (``--windows``, the model, L, the plan, the passkey sentences), else the configuration's."""
-    from ..configured_store import SHARED_SETTINGS
-
-    if not path.is_file():
-        return False
-    stored, _, _ = read_window_file(path)
-    stored = json.loads(json.dumps(stored))
-    if stored != json.loads(json.dumps(settings)):
-        differ = sorted(k for k in {*settings, *stored} if stored.get(k) != json.loads(json.dumps(settings.get(k))))
-        work, name = path.parent.parent.parent, path.parent.parent.name
-        if any(k in SHARED_SETTINGS for k in differ):  # every window file under work shares them
-            n = stored.get("n_windows")
-            keep = f", or run with --windows {n} to go on with them" if differ == ["n_windows"] else ""
-            raise ValueError(
-                f"the window files under {work} were measured with other settings ({', '.join(differ)}; "
-                f"{path.relative_to(work)} among them): clear {work} to measure again{keep}"
-            )
+def _refuse(path: Path, differ: list[str], stored: dict) -> None:
+    """A window file measured with other settings (``differ``, :func:`files.differing_settings`): an error
+    naming the folder to clear: the work folder where a setting every window shares differs (any but
+    :data:`configured_store.PER_WINDOW_SETTINGS`: ``--windows``, the model, L, the plan, the passkey
+    sentences), else the configuration's."""
+    work, name = path.parent.parent.parent, path.parent.parent.name
+    if any(k not in PER_WINDOW_SETTINGS for k in differ):  # every window file under work shares them
+        n = stored.get("n_windows")
+        keep = f", or run with --windows {n} to go on with them" if differ == ["n_windows"] else ""
         raise ValueError(
-            f"window file {path} was measured with other settings ({', '.join(differ)}); "
-            f"clear {path.parent.parent} to measure {name} again"
+            f"the window files under {work} were measured with other settings ({', '.join(differ)}; "
+            f"{path.relative_to(work)} among them): clear {work} to measure again{keep}"
         )
-    return True
+    raise ValueError(
+        f"window file {path} was measured with other settings ({', '.join(differ)}); "
+        f"clear {path.parent.parent} to measure {name} again"
+    )
 
 
 def measure_configurations(
@@ -198,26 +189,29 @@ def measure_configurations(
             layouts[(T, w)] = window_layout(ids, T, train_len, w, n_windows, tokenize)
     theta = model.config.rope_parameters["rope_theta"]
     head_dim = model.base_model.rotary_emb.inv_freq.numel() * 2
-    todo = []
-    for name, T, w in jobs:
-        settings = job_settings(CONFIGURATIONS[name], T, train_len, w, n_windows, model_id, theta, head_dim)
-        if not _done(job_path(folder, name, T, w), settings):
-            todo.append((name, T, w, settings))
-    todo = todo[share[0] :: share[1]]
+    settings = [
+        job_settings(CONFIGURATIONS[name], T, train_len, w, n_windows, model_id, theta, head_dim) for name, T, w in jobs
+    ]
+    kept = WindowFiles(
+        [job_path(folder, name, T, w) for name, T, w in jobs],
+        settings,
+        [{"trials": [t.__dict__ for t in layouts[(T, w)].trials]} for _, T, w in jobs],
+        lambda path: read_window_file(path)[0],
+        _refuse,
+    )
+    todo = [i for i in range(len(jobs)) if not kept.done(i)][share[0] :: share[1]]
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="configurations", disable=not progress)
-    for name, T, w, settings in todo:
-        out = measure_window(model, layouts[(T, w)], CONFIGURATIONS[name], train_len)
-        trials = [t.__dict__ for t in layouts[(T, w)].trials]
-        path = job_path(folder, name, T, w)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_safetensors(
-            path,
-            {k: v.contiguous() for k, v in out.items()},
-            {"settings": json.dumps(settings), "trials": json.dumps(trials)},
-        )
-        bar.update(1)
+
+    def measure(batch: list) -> dict[str, torch.Tensor]:
+        name, T, w = batch[0]
+        return measure_window(model, layouts[(T, w)], CONFIGURATIONS[name], train_len)
+
+    def after(batch: range) -> None:
+        name, T, w = jobs[batch.start]
         if log is not None:
             print(f"{name} T={T} window {w}: {bar.format_dict['elapsed']:.0f} s elapsed", file=log, flush=True)
+
+    window_loop(jobs, measure, kept, share=share, bar=bar, after=after)
     bar.close()
     return len(todo)
 

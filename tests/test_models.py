@@ -51,7 +51,7 @@ def test_an_unknown_name_is_one_line_and_a_non_zero_exit(cli):
         ValueError, match="no pretrained model 'gemma'; the registry has smollm2-135m-instruct, gemma-3-270m"
     ):
         pretrained_model("gemma")
-    done = cli("fetch-pretrained", "gemma")  # in-process (tests/test_cli.py starts the command as a process)
+    done = cli("fetch", "gemma")  # in-process (tests/test_cli.py starts the command as a process)
     assert (
         done.returncode != 0 and done.stderr.strip().count("\n") == 0 and "no pretrained model 'gemma'" in done.stderr
     )
@@ -60,7 +60,7 @@ def test_an_unknown_name_is_one_line_and_a_non_zero_exit(cli):
 def test_the_makefile_and_ci_read_the_models_from_the_registry():
     """No model name or store path is written into the Makefile or .ci/run: they fetch and measure every entry."""
     text = (ROOT / "Makefile").read_text() + (ROOT / ".ci" / "run").read_text()
-    assert "fetch-pretrained\n" in text and "measure-pretrained\n" in text
+    assert "attnres fetch\n" in text and "attnres reproduce pretrained\n" in text
     for m in PRETRAINED_MODELS.values():
         assert m.name not in text and m.store_path.name not in text
         assert m.store_path.parent.is_dir()

@@ -25,7 +25,7 @@ pool of worker processes and the datasets.
   each run; rank 0 holds the store's lock throughout and alone writes the store, merging the parts into
   it once every rank has finished (and, at the next start, any parts a stopped run left). The merged
   store holds the same tensors as a single-process run (tested on two CPU ranks). Plain
-  ``python -m attnres_helpers family-v2`` is unchanged.
+  ``attnres reproduce family-v2`` is unchanged.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ parsed once (stock loading parses it for the config, the tokenizer and the weigh
 listed and hashed) before loading it offline, so every load after the first is checked; the weights a
 measurement came from are named by :func:`files.sums_fingerprint` of that folder.
 
-    python -m attnres_helpers fetch-pretrained [--force] [NAME ...]     # or: make pretrained
+    attnres fetch [--force] [NAME ...]     # or: make pretrained
 """
 
 from __future__ import annotations

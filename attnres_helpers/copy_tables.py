@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .tables import Stat, _ordered
+from .tables import Stat, table_ordered
 
 SCRAMBLED_COLUMNS = ["encoding", "seeds", "g = 0", "g = L/2", "g = 3L/2", "unrelated, g = L/2"]
 
@@ -19,7 +19,7 @@ def scrambled_control_rows(curves: dict, control: dict, train_len: int) -> list[
             encoding, seed = run.rsplit("-s", 1)
             by_encoding.setdefault(encoding, {})[int(seed)] = run
     rows = []
-    for encoding in _ordered(by_encoding):
+    for encoding in table_ordered(by_encoding):
         runs = by_encoding[encoding]
         row = {"encoding": encoding, "seeds": len(runs)}
         for column, gap in gaps.items():

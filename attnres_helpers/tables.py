@@ -168,7 +168,7 @@ def cell_stat(cell: dict | None, value: str) -> Stat | None:
     return Stat.of({seed: record[value] for seed, record in cell.items()})
 
 
-def _ordered(encodings: Iterable[str]) -> list[str]:
+def table_ordered(encodings: Iterable[str]) -> list[str]:
     """Rows in the registry's table order (``encoding_registry.TABLE_ORDER``), any other name after, sorted."""
     return [e for e in TABLE_ORDER if e in encodings] + sorted(set(encodings) - set(TABLE_ORDER))
 
@@ -186,7 +186,7 @@ def pair_table(
     index = index_records(records, head_mode)
     multiples = sorted({k for _, k, _, _ in index})
     rows = []
-    for encoding in _ordered({e for e, _, _, _ in index}):
+    for encoding in table_ordered({e for e, _, _, _ in index}):
         seeds = {s for (e, _, _, _), cell in index.items() if e == encoding for s in cell}
         row = {"encoding": encoding, "seeds": len(seeds)}
         for k in multiples:
@@ -364,7 +364,7 @@ def truncation_rows(
     ("mean", "upper" or an index); columns :data:`TRUNCATION_COLUMNS`."""
     grouped = _by_encoding_seed(profiles, (1, 2))
     rows = []
-    for encoding in _ordered(grouped):
+    for encoding in table_ordered(grouped):
         by_seed = grouped[encoding]
 
         def stat(r: Callable[[dict], torch.Tensor], by_seed: dict = by_seed) -> Stat:
@@ -474,7 +474,7 @@ def sink_table(profiles: list[Profile], multiples: tuple[int, ...] = (1, 2, 4)) 
     :func:`last_distance_weights` as a Stat over seeds, and ``"1/T at kL"``, the weight of a flat profile."""
     grouped = _by_encoding_seed(profiles, tuple(multiples))
     rows = []
-    for encoding in _ordered(grouped):
+    for encoding in table_ordered(grouped):
         by_seed = grouped[encoding]
         row = {"encoding": encoding, "seeds": len(by_seed)}
         for k in multiples:

@@ -242,15 +242,6 @@ def test_no_import_cycle_among_the_package_modules():
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
 
 
-# Private names still imported across modules, in files owned elsewhere while issue 43 is worked on: each
-# goes when its owner makes the name public (or stops using it); nothing may join the list.
-PRIVATE_IMPORTS_TO_GO = {
-    "copy_tables.py": {"tables._ordered"},
-    "hf/configured.py": {"hf.pretrained._nll_in_chunks"},
-    "hf/pretrained.py": {"hf.attention._check_choice"},
-}
-
-
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_imports_another_modules_private_name(path):
     """Each module's public names are what others use: no ``from .x import _name``."""
@@ -260,5 +251,4 @@ def test_no_module_imports_another_modules_private_name(path):
         for name in names
         if name.startswith("_") and target != module_name(path)
     }
-    private -= PRIVATE_IMPORTS_TO_GO.get(str(path.relative_to(PACKAGE)), set())
     assert not private, f"{path.relative_to(PACKAGE)} imports private names {sorted(private)}"

@@ -87,7 +87,7 @@ def test_every_list_of_encodings_is_the_registrys():
     assert family_plots.FAMILY_COLOURS == {name: e.colour for name, e in ENCODINGS.items()}
     assert list(family_plots.FAMILY_COLOURS) == list(ENCODINGS)  # the legends' order
     assert sorted(e.table_order for e in ENCODINGS.values()) == list(range(len(ENCODINGS))), "table_order: 0, 1, ..."
-    assert tables._ordered(["zz other", *reversed(ENCODINGS)]) == [*TABLE_ORDER, "zz other"]
+    assert tables.table_ordered(["zz other", *reversed(ENCODINGS)]) == [*TABLE_ORDER, "zz other"]
     assert CURVE_STYLES == {name: curve.style for name, curve in DESIGN_CURVES.items()}
     for name, curve in DESIGN_CURVES.items():
         assert is_color_like(curve.style.get("color")), f"design curve {name}: give it a style with a colour"

@@ -268,7 +268,7 @@ def capture(
     return logits, layers
 
 
-def _check_choice(name: str, value: str, choices: tuple) -> None:
+def check_choice(name: str, value: str, choices: tuple) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
 
@@ -276,7 +276,7 @@ def _check_choice(name: str, value: str, choices: tuple) -> None:
 def layer_scores(layer: LayerQK, form: str = "raw") -> torch.Tensor:
     """(B, H, T, T) pre-softmax scores of one captured layer in the raw or the relative form, masked
     pairs at -inf."""
-    _check_choice("form", form, FORMS)
+    check_choice("form", form, FORMS)
     scores = layer.scaling * layer.q @ layer.k.transpose(-1, -2)  # (B, H, T, T)
     T = scores.shape[-1]
     if layer.slopes is not None:
@@ -296,7 +296,7 @@ def captured_scores(model: PreTrainedModel, input_ids: torch.Tensor, form: str =
     model's own attention probabilities). ``form="relative"``: BLOOM's per-row constant removed
     (ALiBi as −m_h·(i−j)); the same softmax, the other models unchanged.
     """
-    _check_choice("form", form, FORMS)
+    check_choice("form", form, FORMS)
     _, layers = capture(model, input_ids)
     return [layer_scores(layer, form) for layer in layers]
 
@@ -310,8 +310,8 @@ def layer_s_hat(layer: LayerQK, method: str = "fft", form: str = "relative") -> 
     undefined there and R gives it no weight); other masks, and the raw form of ALiBi, raise a
     ValueError that says to use ``method="explicit"``: the sub-diagonal means of the (T, T) scores.
     """
-    _check_choice("method", method, METHODS)
-    _check_choice("form", form, FORMS)
+    check_choice("method", method, METHODS)
+    check_choice("form", form, FORMS)
     if method == "explicit":
         return diagonal_means(layer_scores(layer, form)).double().mean(0)
     if form == "raw" and layer.slopes is not None:
@@ -352,7 +352,7 @@ def captured_s_hat(
 
     The relative form by default (see the module's note on BLOOM's per-row constant).
     """
-    _check_choice("method", method, METHODS)
-    _check_choice("form", form, FORMS)
+    check_choice("method", method, METHODS)
+    check_choice("form", form, FORMS)
     _, layers = capture(model, input_ids)
     return torch.stack([layer_s_hat(layer, method, form) for layer in layers])

@@ -32,16 +32,7 @@ from ..files import differing_settings, exclusive, folder_fingerprint, regular_f
 from ..measure import Sums, window_loop
 from ..model import blockwise_causal_mask
 from ..store import Profile, average_heads, profile_of_means, save_profiles
-from .attention import (
-    METHODS,
-    CaptureError,
-    LayerQK,
-    _check_choice,
-    capturing,
-    check_input_ids,
-    layer_key0,
-    layer_s_hat,
-)
+from .attention import METHODS, CaptureError, LayerQK, capturing, check_choice, check_input_ids, layer_key0, layer_s_hat
 from .folders import load_config, load_pretrained, load_tokenizer
 
 if TYPE_CHECKING:
@@ -127,7 +118,7 @@ def window_statistics(
     """One held-out ``window (T+1,)`` of token ids through ``model`` (:func:`window_pass`): ``s_hat`` and
     ``key0`` ``(layers, H, T)`` float64 (Eq. 11, and the mean score on key 0) and ``nll (T,)`` float64.
     ``block``: BCA with blocks of this size (a 4-D mask handed to the model), else the causal mask."""
-    _check_choice("method", method, METHODS)
+    check_choice("method", method, METHODS)
     T = window.shape[-1] - 1
     mask = None
     if block is not None:
@@ -362,7 +353,7 @@ def _planned(
 ) -> tuple[int, list[int], list[int]]:
     """(L, lengths, BCA lengths) in tokens, every argument checked and L read from the config (no weight
     read): a length named twice (``1,1``, or ``1,1.001`` at a small L) is refused here, not after the work."""
-    _check_choice("method", method, METHODS)
+    check_choice("method", method, METHODS)
     for name, values in (("lengths", multiples), ("bca", bca_multiples)):
         if not all(
             isinstance(k, (int, float)) and not isinstance(k, bool) and math.isfinite(k) and 0 < k <= 64 for k in values
@@ -428,7 +419,7 @@ def bos_runs(
     ``run`` and the form without as ``run-no-bos``, on the same text windows. ``first_by_policy``: the
     model's policy puts BOS first (a registry entry's), so ``run`` names its BOS-first form and "none"
     alone is ``run-no-bos`` too, never ``run``."""
-    _check_choice("bos", bos, BOS_FORMS)
+    check_choice("bos", bos, BOS_FORMS)
     if bos != "none" and tokenizer_bos is None:
         raise ValueError(f"{run}: --bos {bos} asks for a BOS token, but the tokenizer has none")
     return {
@@ -565,7 +556,7 @@ def measure_pretrained_store(
     from . import fetch
 
     if bos is not None:
-        _check_choice("bos", bos, BOS_FORMS)
+        check_choice("bos", bos, BOS_FORMS)
     entry, folder = fetch.resolve(name_or_path)
     if bos is None:
         bos = "both" if entry is not None and entry.bos == "first" else "none"

@@ -32,13 +32,23 @@ positions, and the mask's pair counts. :func:`design_s_hat` combines the two at 
 
 and ŝ without the first-token entries drops the key-0 pair (as :func:`metric.sink_free_scores` does).
 :func:`score` compares design-time R with measured R across configurations.
+
+**Without the model** (notebook 10): :func:`model_form` writes the configuration's part from the model's RoPE
+parameters alone (`transformers`' formulas, tested equal to its rotary module), and the shipped store
+(:func:`load_store`, ``paths.STORES["design_time"]``) keeps the model's part with C_f(n) on a grid
+(:func:`reduction_grid`: dense at small n and near n = N − 1, log-spaced between; linear interpolation back),
+the far values as they are, and in its header what the grid costs in design-time R against the full pass
+(0.84% at most in a layer, 0.12% in the layer mean, for SmolLM2's 16 configurations at L and 2L).
+:func:`against_measured` and :func:`score_rows` score it against a configurations store, and
+:func:`secondary_predictor` reports it as plan v4's secondary predictor.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -91,6 +101,18 @@ class Correlations:
     first_keys: torch.Tensor
     scaling: float
     windows: int
+    far_value: torch.Tensor | None = None  # (layers, F): the far value itself, where q̃ and k̃ are not kept
+    far_first_value: torch.Tensor | None = None  # (layers, J, F)
+    planar_dtype: torch.dtype = torch.float64  # float32: half the memory traffic, ŝ within ~1e-6 nats (explorer)
+    _planar: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def planar(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``bulk`` or ``key0`` as (real, imaginary), each (F, layers, N) contiguous in ``planar_dtype``, made
+        once: the layout :func:`_content_times_phase` sums over frequencies fastest in."""
+        if name not in self._planar:
+            z = getattr(self, name).transpose(0, 1)
+            self._planar[name] = tuple(x.to(self.planar_dtype).contiguous() for x in (z.real, z.imag))
+        return self._planar[name]
 
     @property
     def length(self) -> int:
@@ -102,10 +124,14 @@ class Correlations:
 
     def far(self) -> torch.Tensor:
         """(layers, F): C_f(∞) = mean over heads of mean q̃_f · conj(mean k̃_f) (plan v4's far value)."""
+        if self.far_value is not None:
+            return self.far_value
         return (self.q_mean * self.k_mean.conj()).mean(1)
 
     def far_first(self) -> torch.Tensor:
         """(layers, J, F): mean over heads of mean q̃_f · conj(k̃_f(j)), the far value of key j's pairs."""
+        if self.far_first_value is not None:
+            return self.far_first_value
         return (self.q_mean[:, :, None, :] * self.first_keys.conj()).mean(1)
 
 
@@ -196,14 +222,35 @@ class Form:
         return rotation(self.theta, self.factor, positions)
 
     def far(self, positions: torch.Tensor) -> torch.Tensor:
+        """A_f at far positions, each distinct position rotated once (grouped positions repeat G times)."""
         theta = self.theta if self.theta_far is None else self.theta_far
-        return rotation(theta, self.factor if self.factor_far is None else self.factor_far, positions)
+        distinct, where = torch.unique(positions, return_inverse=True)
+        return rotation(theta, self.factor if self.factor_far is None else self.factor_far, distinct)[:, where]
+
+
+_NEAR: dict = {}  # (θ's bytes, a) -> a² e^{iθ n} for n = 0 … the longest asked (a few, the last used kept)
+
+
+def near_phase(form: Form, T: int) -> torch.Tensor:
+    """a² e^{iθ n} for n = 0 … T − 1, (F, T) complex128: made once per (θ, a) at the longest T asked, and cut
+    for a shorter one (an explorer asks the same frequencies at L and 2L, and again as a remap changes)."""
+    key = (form.theta.numpy().tobytes(), float(form.factor))
+    got = _NEAR.pop(key, None)
+    if got is None or got.shape[-1] < T:  # e^{iθ(128 j + k)} = e^{iθ 128 j} e^{iθ k}: two short tables, no long trig
+        blocks = -(-T // 128)
+        coarse = rotation(form.theta, form.factor, 128 * torch.arange(blocks, dtype=torch.float64))  # (F, blocks)
+        fine = rotation(form.theta, form.factor, torch.arange(128, dtype=torch.float64))  # (F, 128)
+        got = (coarse[:, :, None] * fine[:, None, :]).reshape(len(form.theta), -1)[:, :T]
+    _NEAR[key] = got  # most recently used last
+    while len(_NEAR) > 4:
+        _NEAR.pop(next(iter(_NEAR)))
+    return got[:, :T]
 
 
 def pair_phase(form: Form, queries: torch.Tensor, keys: torch.Tensor, T: int) -> torch.Tensor:
     """A_f(p_i) · conj(A_f(p_j)) of the listed pairs (i ≥ j) under the form: (F, m) complex128."""
     n = queries - keys
-    near = form.near(n.double()) * form.factor  # a² e^{iθ n}
+    near = near_phase(form, int(n.max()) + 1)[:, n] if len(n) else form.near(n.double())  # a² e^{iθ n}
     if form.remap is None:
         return near
     pq, pk = form.remap.far_positions(T)
@@ -211,22 +258,60 @@ def pair_phase(form: Form, queries: torch.Tensor, keys: torch.Tensor, T: int) ->
     return torch.where(n < form.remap.window, near, far)
 
 
+def _far_phase(form: Form, distance: torch.Tensor) -> torch.Tensor:
+    """a_far² e^{iθ_far d} of far pairs at the (float) distances ``d``: (F, len(d)) complex128."""
+    return form.far(distance) * (form.factor if form.factor_far is None else form.factor_far)
+
+
 def bulk_phase(form: Form, T: int) -> torch.Tensor:
     """Φ_f(n): the mean of A_f(p_i) conj(A_f(p_{i−n})) over the bulk pairs at each distance (keys ≥ 1):
-    (F, T) complex128. Without a remap a² e^{iθ n}; under one, past its window, the far positions' mean
-    over queries n + 1 … T − 1 (one FFT; exact for any remap under the causal and window masks)."""
+    (F, T) complex128. Without a remap a² e^{iθ n}; under one, past its window, the far positions' mean over
+    queries n + 1 … T − 1 (exact under the causal and window masks): for ReRoPE and leaky ReRoPE the far
+    distance depends on n alone (``pq[n] − pk[0]``); for Self-Extend, n = aG + b gives the far distance
+    a + W − W/G, plus 1 for the queries whose offset i mod G is below b, counted in closed form; any other
+    rule by one FFT over the far positions."""
     n = torch.arange(T)
-    near = form.near(n.double()) * form.factor
+    near = near_phase(form, T)
     if form.remap is None:
         return near
     if form.mask.kind == "bca":
         raise ValueError("a remap under BCA is not in the registry: its pairs per distance are not contiguous")
     pq, pk = form.remap.far_positions(T)
-    keys = form.far(pk.double())
-    keys[:, 0] = 0
     pairs = (T - 1 - n).clamp(min=1).double()
-    far = _correlate(form.far(pq.double()), keys) / pairs
+    if form.remap.rule in ("rerope", "leaky-rerope"):
+        far = _far_phase(form, pq.double() - pk[0].double())
+    elif form.remap.rule == "self-extend":
+        G = int(form.remap.params[0])
+        a, b = n // G, n % G
+        below = lambda X: (X // G) * b + torch.minimum(X % G, b)  # noqa: E731  # i < X with i mod G < b
+        share = (below(torch.full_like(n, T)) - below(n + 1)).double() / pairs
+        step = rotation(form.theta if form.theta_far is None else form.theta_far, 1.0, torch.ones(1))  # e^{iθ}
+        base = _far_phase(form, a.double() + (pq[0].double() - pk[0].double()))
+        far = base * ((1 - share) + share * step)
+    else:
+        keys = form.far(pk.double())
+        keys[:, 0] = 0
+        far = _correlate(form.far(pq.double()), keys) / pairs
+    far = torch.where(n < T - 1, far, torch.zeros_like(far))  # no bulk pair at n = T − 1
     return torch.where(n < form.remap.window, near, far)
+
+
+def pair_counts(mask: Mask, T: int) -> torch.Tensor:
+    """``mask.pair_counts(T)`` (the tests check it), with BCA's counts in closed form: for B ≤ n < 2B one pair
+    for each query i ≥ n whose offset i mod B is at least n − B (a count of residues, not a (T, T) table)."""
+    return _pair_counts(mask, T).clone()
+
+
+@functools.lru_cache(maxsize=64)
+def _pair_counts(mask: Mask, T: int) -> torch.Tensor:
+    if mask.kind != "bca":
+        return mask.pair_counts(T)
+    B, n = mask.size, torch.arange(T)
+    low = (n - B).clamp(min=0)
+    at_least = lambda X: (X // B) * (B - low) + (X % B - low).clamp(min=0)  # noqa: E731  # i < X, i mod B >= low
+    counts = torch.where(n < B, T - n, torch.where(n < 2 * B, at_least(torch.full_like(n, T)) - at_least(n), 0))
+    queries, keys = mask.sink_pairs(T)
+    return counts.double().index_add(0, queries - keys, torch.ones(len(queries), dtype=torch.float64))
 
 
 def approximations(form: Form, T: int, N: int, changed: bool) -> list[str]:
@@ -246,31 +331,62 @@ def approximations(form: Form, T: int, N: int, changed: bool) -> list[str]:
     return out or ["nothing: the measured pass itself"]
 
 
-def _content_times_phase(measured: torch.Tensor, m: int, far: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
-    """Re Σ_f C_f(n) · Φ_f(n), (layers, T) float64: C the measured (layers, F, ·) at n < m, the far value
-    (layers, F) from m on; Φ (F, T)."""
-    out = torch.empty(measured.shape[0], phase.shape[-1], dtype=torch.float64)
-    out[:, :m] = (measured[..., :m] * phase[:, :m]).real.sum(1)
+def _content_times_phase(corr: Correlations, name: str, m: int, far: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
+    """Re Σ_f C_f(n) · Φ_f(n), (layers, T) float64: C the measured ``corr.<name>`` at n < m, the far value
+    (layers, F) from m on; Φ (F, T). Summed frequency by frequency into one (layers, m) array (no
+    (layers, F, T) temporary)."""
+    re, im = corr.planar(name)  # (F, layers, N)
+    out = torch.zeros(re.shape[1], phase.shape[-1], dtype=torch.float64)
+    head = torch.zeros(re.shape[1], m, dtype=re.dtype)
+    p_re, p_im = (x[:, :m].to(re.dtype).contiguous() for x in (phase.real, phase.imag))
+    for f in range(re.shape[0]):
+        head.addcmul_(re[f, :, :m], p_re[f])
+        head.addcmul_(im[f, :, :m], p_im[f], value=-1.0)
+    out[:, :m] = head
     out[:, m:] = (far.to(phase.dtype) @ phase[:, m:]).real
     return out
 
 
-def design_s_hat(corr: Correlations, form: Form, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+def content_scores(corr: Correlations, form: Form, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(layers, T) each: the bulk pairs' mean score and key 0's score at each distance under ``form``."""
+    N, n = corr.length, torch.arange(T)
+    phase = bulk_phase(form, T)
+    bulk_mean = corr.scaling * _content_times_phase(corr, "bulk", min(T, N - 1), corr.far(), phase)
+    key0_phase = phase if form.remap is None else pair_phase(form, n, torch.zeros_like(n), T)
+    key0_score = corr.scaling * _content_times_phase(corr, "key0", min(T, N), corr.far_first()[:, 0], key0_phase)
+    return bulk_mean, key0_score
+
+
+def scores_carry_over(short: Form, long: Form) -> bool:
+    """Whether :func:`content_scores` of ``long`` at a longer T, cut to the shorter one, are those of ``short``
+    (same frequencies and factors, and a phase of n alone: no remap, or ReRoPE's or leaky ReRoPE's)."""
+    same = lambda a, b: (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))  # noqa: E731
+    return (
+        torch.equal(short.theta, long.theta)
+        and short.factor == long.factor
+        and same(short.theta_far, long.theta_far)
+        and short.factor_far == long.factor_far
+        and short.remap == long.remap
+        and (short.remap is None or short.remap.rule in ("rerope", "leaky-rerope"))
+    )
+
+
+def design_s_hat(
+    corr: Correlations, form: Form, T: int, scores: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Design-time ŝ (layers, T) float64 with and without the first-token entries (-inf where no pair
-    is left). C_f(n) past the measured distances is its far value (plan v4's rule)."""
+    is left). C_f(n) past the measured distances is its far value (plan v4's rule). ``scores``: the
+    :func:`content_scores` of a longer T to cut (where :func:`scores_carry_over` says they are these)."""
     if T < 2:
         raise ValueError(f"T must be at least 2, got {T}")
-    N, layers = corr.length, corr.layers
-    n = torch.arange(T)
+    layers, n = corr.layers, torch.arange(T)
     far_first = corr.far_first()  # (layers, J, F)
-    bulk_mean = corr.scaling * _content_times_phase(corr.bulk, min(T, N - 1), corr.far(), bulk_phase(form, T))
-    key0_phase = pair_phase(form, n, torch.zeros_like(n), T)
-    key0_score = corr.scaling * _content_times_phase(corr.key0, min(T, N), far_first[:, 0], key0_phase)
+    bulk_mean, key0_score = (x[:, :T] for x in (scores or content_scores(corr, form, T)))
 
     base = Mask(form.mask.kind, form.mask.size)
     base_key0 = base.allowed_pairs(n, torch.zeros_like(n)).double()
     key0_count = torch.maximum(base_key0, torch.tensor(float(form.mask.sinks > 0)))
-    bulk_count = base.pair_counts(T) - base_key0
+    bulk_count = pair_counts(base, T) - base_key0
     sums = torch.where(bulk_count > 0, bulk_count * bulk_mean, torch.zeros_like(bulk_mean)) + key0_count * key0_score
     extra = torch.zeros(T, dtype=torch.float64)
     queries, keys = form.mask.sink_pairs(T)
@@ -279,10 +395,12 @@ def design_s_hat(corr: Correlations, form: Form, T: int) -> tuple[torch.Tensor, 
         queries, keys = queries[added], keys[added]
         if int(keys.max()) >= FIRST_KEYS:
             raise ValueError(f"masks keeping more than {FIRST_KEYS} first tokens are not supported")
-        phase = pair_phase(form, queries, keys, T)  # (F, m)
-        scores = corr.scaling * (far_first[:, keys, :].transpose(-1, -2) * phase).real.sum(1)  # (layers, m)
-        sums = sums.index_add(1, queries - keys, scores)
-        extra = extra.index_add(0, queries - keys, torch.ones(len(keys), dtype=torch.float64))
+        for j in keys.unique().tolist():  # one key at a time: (layers, F) @ (F, its pairs)
+            at = queries[keys == j]
+            phase_j = pair_phase(form, at, torch.full_like(at, j), T)
+            scores = corr.scaling * (far_first[:, j, :].to(phase_j.dtype) @ phase_j).real
+            sums = sums.index_add(1, at - j, scores)
+            extra = extra.index_add(0, at - j, torch.ones(len(at), dtype=torch.float64))
     total = bulk_count + key0_count + extra
     inf = torch.tensor(float("-inf"), dtype=torch.float64)
     s_hat = torch.where(total > 0, sums / total.clamp(min=1), inf)
@@ -341,11 +459,13 @@ def score(
     seed: int = 0,
 ) -> dict:
     """Design-time against measured R, per layer, across the configurations both hold (in ``design``'s
-    order): ``ratio`` (C, layers) design/measured, ``mean_ratio`` (C,) of the layer means, ``rho``
-    Spearman's ρ of the layer means across configurations, ``rho_layers`` (layers,) the same per layer.
+    order; a store's entries give them with :func:`score_rows`): ``ratio`` (C, layers) design/measured,
+    ``mean_ratio`` (C,) of the layer means, ``rho`` Spearman's ρ of the layer means across configurations,
+    ``rho_layers`` (layers,) the same per layer.
     ``window_r`` (each (W, layers), the per-window measured R, e.g. ``Entry.window_r``): the measured
     layer mean becomes the mean over windows, and ``interval`` is ρ's 95% percentile interval over
-    ``resamples`` window-bootstrap resamples (windows drawn jointly for all configurations)."""
+    ``resamples`` window-bootstrap resamples (windows drawn jointly for all configurations); with one window
+    there is no interval (``interval`` None, ``degenerate`` says why)."""
     names = [name for name in design if name in measured]
     if len(names) < 2:
         raise ValueError(f"need at least 2 configurations in both, got {names}")
@@ -365,10 +485,466 @@ def score(
         rhos = _rows_spearman(np.broadcast_to(D.mean(1), boot.shape), boot)
         rhos = rhos[np.isfinite(rhos)]
         interval = tuple(np.percentile(rhos, [2.5, 97.5])) if len(rhos) else (math.nan, math.nan)
+        out["windows"] = W
+        if W < 2:  # every resample is the one window: an interval of zero width that says nothing
+            interval = None
+            out["degenerate"] = f"no interval: {W} window, so every window-bootstrap resample is that window"
     with np.errstate(invalid="ignore", divide="ignore"):
         out["ratio"] = D / M
         out["mean_ratio"] = D.mean(1) / M.mean(1)
     out["rho"] = float(_rows_spearman(D.mean(1), M.mean(1)))
     out["rho_layers"] = _rows_spearman(D.T, M.T)
     out["interval"] = interval
+    return out
+
+
+# --------------------------------------------------------------------------- the configuration's part, model-free
+
+
+def rope_frequencies(rope: Mapping, head_dim: int, max_positions: int, T: int) -> tuple[torch.Tensor, float]:
+    """θ (F,) float64 and the attention factor a that `transformers` 5's Llama rotary module, built with the
+    RoPE parameters ``rope`` (``rope_type`` default, linear, dynamic or yarn; ``rope_theta``; the type's own
+    keys) and called at positions 0 … T − 1, rotates by: its formulas, in float32 as it computes them, without
+    importing it (the tests check every configuration of the registry against the module itself). Dynamic
+    NTK's base grows only where T passes the model's ``max_positions``."""
+    kind, base, dim = rope.get("rope_type", "default"), rope["rope_theta"], head_dim
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    if kind in ("default", "linear"):
+        inv = 1.0 / (base**exponents)
+        return (inv / rope["factor"] if kind == "linear" else inv).double(), 1.0
+    if kind == "dynamic":
+        if T <= max_positions:
+            return (1.0 / (base**exponents)).double(), 1.0
+        factor = rope["factor"]
+        seq = torch.tensor(T)
+        grown = base * ((factor * seq / max_positions) - (factor - 1)) ** (dim / (dim - 2))
+        return (1.0 / (grown**exponents)).double(), 1.0
+    if kind == "yarn":
+        factor, original = rope["factor"], rope["original_max_position_embeddings"]
+        attention = rope.get("attention_factor")
+        if attention is None:
+            attention = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+        fast, slow = rope.get("beta_fast") or 32, rope.get("beta_slow") or 1
+
+        def correction(rotations: float) -> float:
+            return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+        low, high = correction(fast), correction(slow)
+        if rope.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+        pos = base ** (torch.arange(0, dim, 2).float() / dim)
+        keep = 1 - ramp  # the share of each frequency left as it was (extrapolated)
+        inv = (1.0 / (factor * pos)) * (1 - keep) + (1.0 / pos) * keep
+        return inv.double(), float(attention)
+    raise ValueError(f"RoPE type {kind!r} has no design-time form here (default, linear, dynamic, yarn)")
+
+
+def model_form(model: Mapping, configuration, train_len: int, T: int) -> Form:
+    """The configuration's part at T without the model: ``model`` gives the model's ``rope_parameters``,
+    ``head_dim`` and ``max_position_embeddings`` (a design-time store's header keeps them);
+    ``configuration`` is an entry of the registry (:class:`.hf.configurations.Configuration`) or any
+    object with its ``rope_for``, ``remap_for`` and ``mask_for``. The same form as
+    :func:`.hf.design_time.form` reads from the rotary module the configuration gives the model."""
+    params = dict(model["rope_parameters"])
+    rope = configuration.rope_for(params["rope_theta"], train_len, model["head_dim"]) or params
+    theta, factor = rope_frequencies(rope, model["head_dim"], model["max_position_embeddings"], T)
+    return Form(theta, factor, configuration.mask_for(train_len), configuration.remap_for(train_len))
+
+
+def design_r(corr: Correlations, form: Form, T: int, scores=None) -> dict[str, torch.Tensor]:
+    """Design-time ``s_hat``, ``s_hat_sink_free`` (layers, T) and ``r``, ``r_sink_free`` (layers,) at T."""
+    s_hat, free = design_s_hat(corr, form, T, scores)
+    r, r_free = r_pair(s_hat, free)
+    return {"s_hat": s_hat, "s_hat_sink_free": free, "r": r, "r_sink_free": r_free}
+
+
+def design_lengths(corr: Correlations, forms: Mapping[int, Form]) -> dict[int, dict[str, torch.Tensor]]:
+    """:func:`design_r` at each T of ``{T: form}``, the content scores of the longest T cut for a shorter one
+    wherever :func:`scores_carry_over` allows (the same numbers, once)."""
+    longest = max(forms)
+    scores = content_scores(corr, forms[longest], longest)
+    return {
+        T: design_r(corr, form, T, scores if T == longest or scores_carry_over(form, forms[longest]) else None)
+        for T, form in sorted(forms.items())
+    }
+
+
+# --------------------------------------------------------------------------- the shipped store: C_f on a grid
+
+HEADER_KEY = "attnres-design-time"
+STORE_FORMAT = 1
+# Each part's grid: every n < head, `middle` knots log-spaced from both ends, the last `tail` distances. The
+# key-0 entries are one token's each (no mean to keep smooth) and weigh 1/(T − n) of ŝ[n] except at the last
+# distances of T = L: a coarser grid costs them nothing measurable (0.84% at most in a layer either way).
+GRIDS = {"bulk": {"head": 32, "middle": 136, "tail": 24}, "key0": {"head": 8, "middle": 40, "tail": 24}}
+PARTS = tuple(GRIDS)  # C_f(n) of the bulk pairs and the key-0 entries, kept on their grids
+CODE_DTYPE = torch.float16  # (real, imaginary) of the values on the grid
+
+
+def reduction_grid(N: int, head: int, middle: int, tail: int) -> torch.Tensor:
+    """The distances kept, (G,) int64 from 0 to N − 1: every n < ``head``, every n ≥ N − ``tail``, and
+    ``middle`` knots in between, log-spaced from both ends (in n up to N/2, in N − 1 − n beyond). Near
+    n = 0, C_f(n) changes fastest; near n = N − 1 the pass has few pairs at each distance (N − 1 − n), so one
+    token's entry is much of the mean there, and at T = L those distances take much of the softmax's weight;
+    in between, C_f(n) is the content correlation of thousands of pairs and varies slowly."""
+    if N < 2:
+        raise ValueError(f"a pass of N >= 2 tokens, got {N}")
+    if head + tail + middle >= N:
+        return torch.arange(N)
+    half = middle // 2 + 2
+    up = torch.logspace(math.log10(head), math.log10(N / 2), half, dtype=torch.float64)[1:-1]
+    down = N - 1 - torch.logspace(math.log10(tail), math.log10(N / 2), middle - half + 4, dtype=torch.float64)[1:-1]
+    knots = torch.cat([torch.arange(head), up.round().long(), torch.tensor([N // 2]), down.round().long()])
+    return torch.unique(torch.cat([knots, torch.arange(N - tail, N)]))
+
+
+def reduce(values: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """(..., N) -> (..., G): each knot's value is the mean of ``values`` over its cell (from the midpoint to
+    the knot before to the midpoint to the knot after), so a knot among dense neighbours keeps its own value
+    and a sparse knot the local mean (the noise of single distances averaged out)."""
+    N = values.shape[-1]
+    edges = torch.cat([grid[:1], (grid[:-1] + grid[1:] + 1) // 2, torch.tensor([N])])  # cell k: [edges[k], edges[k+1])
+    sums = torch.nn.functional.pad(values.cumsum(-1), (1, 0))
+    return (sums[..., edges[1:]] - sums[..., edges[:-1]]) / (edges[1:] - edges[:-1]).to(values.real.dtype)
+
+
+def expand(values: torch.Tensor, grid: torch.Tensor, N: int) -> torch.Tensor:
+    """(..., G) -> (..., N): linear interpolation between the knots (exact at every knot)."""
+    n = torch.arange(N)
+    right = torch.searchsorted(grid, n).clamp(1, len(grid) - 1)
+    left = right - 1
+    w = ((n - grid[left]).double() / (grid[right] - grid[left]).double()).clamp(0, 1)
+    return values[..., left] * (1 - w) + values[..., right] * w
+
+
+def _to_code(z: torch.Tensor, dtype=CODE_DTYPE) -> torch.Tensor:
+    return torch.stack([z.real, z.imag], -1).to(dtype).contiguous()
+
+
+def _from_code(x: torch.Tensor) -> torch.Tensor:
+    x = x.double()
+    return torch.complex(x[..., 0], x[..., 1])
+
+
+@dataclass(frozen=True)
+class DesignStore:
+    """A design-time store: the header (``about``: model, L, the pass, the model's RoPE parameters, the grid's
+    settings, the reduction's measured error, the command) and the model's part on the grid."""
+
+    about: dict
+    grids: dict[str, torch.Tensor]  # bulk, key0: (G,) int64
+    parts: dict[str, torch.Tensor]  # bulk, key0: (layers, F, G) complex128 (decoded)
+    far: torch.Tensor  # (layers, F) complex128
+    far_first: torch.Tensor  # (layers, J, F)
+
+    @property
+    def train_len(self) -> int:
+        return self.about["train_len"]
+
+    @property
+    def model(self) -> dict:
+        """What :func:`model_form` needs of the model."""
+        return {k: self.about[k] for k in ("rope_parameters", "head_dim", "max_position_embeddings")}
+
+    def correlations(self) -> Correlations:
+        """The model's part at every distance of the pass, interpolated from the grid (:func:`expand`)."""
+        N = self.about["pass_len"]
+        full = {name: expand(part, self.grids[name], N) for name, part in self.parts.items()}
+        none = torch.zeros(0, dtype=torch.complex128)
+        return Correlations(
+            full["bulk"],
+            full["key0"],
+            none,
+            none,
+            none,
+            self.about["scaling"],
+            self.about["windows"],
+            far_value=self.far,
+            far_first_value=self.far_first,
+        )
+
+
+def grids(N: int) -> dict[str, torch.Tensor]:
+    """Each part's grid for a pass of N tokens (:data:`GRIDS`)."""
+    return {name: reduction_grid(N, **settings) for name, settings in GRIDS.items()}
+
+
+def reduced(corr: Correlations, about: Mapping) -> DesignStore:
+    """``corr`` (a full pass) kept on the grids as a store keeps it (float16 codes, decoded): what the
+    shipped store gives back, for measuring what the reduction costs before it is written."""
+    grid = grids(corr.length)
+    parts = {name: _from_code(_to_code(reduce(getattr(corr, name), grid[name]))) for name in PARTS}
+    far, far_first = (_from_code(_to_code(x, torch.float32)) for x in (corr.far(), corr.far_first()))
+    about = {**about, "pass_len": corr.length, "scaling": corr.scaling, "windows": corr.windows}
+    return DesignStore(about, grid, parts, far, far_first)
+
+
+def save_store(path, corr: Correlations, about: Mapping) -> None:
+    """Write ``corr`` on its grids with the header ``about`` (atomically; :func:`load_store` reads it)."""
+    import json
+
+    from .files import exclusive, save_safetensors
+
+    grid = grids(corr.length)
+    header = {**about, "format": STORE_FORMAT, "pass_len": corr.length, "scaling": corr.scaling}
+    header |= {"windows": corr.windows, "layers": corr.layers, "grids": GRIDS}
+    tensors = {f"{name}.grid": grid[name].contiguous() for name in PARTS}
+    tensors |= {name: _to_code(reduce(getattr(corr, name), grid[name])) for name in PARTS}
+    tensors |= {"far": _to_code(corr.far(), torch.float32), "far_first": _to_code(corr.far_first(), torch.float32)}
+    _check_about(header)
+    _check_tensors(tensors, header)
+    with exclusive(path):
+        save_safetensors(path, tensors, {HEADER_KEY: json.dumps(header, allow_nan=False)})
+
+
+ABOUT = {  # header key: (type, what it must be)
+    "format": (int, f"{STORE_FORMAT}"),
+    "model": (str, "the model's name"),
+    "train_len": (int, "L, an integer >= 2"),
+    "pass_len": (int, "the pass's tokens, 3 to L"),
+    "windows": (int, "passes, >= 1"),
+    "layers": (int, "layers, >= 1"),
+    "scaling": (float, "the score's scaling, > 0"),
+    "head_dim": (int, "an even head size"),
+    "max_position_embeddings": (int, "the model's context, >= 1"),
+    "rope_parameters": (dict, "the model's RoPE parameters with a numeric rope_theta"),
+    "command": (str, "the command that made it"),
+}
+
+
+def _check_about(about) -> None:
+    if not isinstance(about, dict):
+        raise ValueError(f"the header must be a JSON object, got {type(about).__name__}")
+    for key, (kind, what) in ABOUT.items():
+        value = about.get(key)
+        ok = isinstance(value, (int, float) if kind is float else kind) and not isinstance(value, bool)
+        if ok and key == "format":
+            ok = value == STORE_FORMAT
+        elif ok and kind in (int, float):
+            low = {"train_len": 2, "pass_len": 3, "head_dim": 2}.get(key, 1)
+            ok = value > 0 if kind is float else value >= low
+        if ok and key == "head_dim":
+            ok = value % 2 == 0
+        if ok and key == "pass_len":
+            ok = value <= about.get("train_len", value)
+        if ok and key == "rope_parameters":
+            ok = isinstance(value.get("rope_theta"), (int, float)) and not isinstance(value.get("rope_theta"), bool)
+        if not ok:
+            raise ValueError(f"the header's {key} must be {what}, got {value!r:.80}")
+
+
+def _check_tensors(tensors: Mapping[str, torch.Tensor], about: Mapping) -> None:
+    """Every tensor against the header: names, dtypes, shapes, the grids, finite values."""
+    layers, F, N = about["layers"], about["head_dim"] // 2, about["pass_len"]
+    layout = {}
+    for name in PARTS:
+        grid = tensors.get(f"{name}.grid")
+        if grid is None or grid.dtype != torch.int64 or grid.ndim != 1 or len(grid) < 2:
+            got = "nothing" if grid is None else f"{str(grid.dtype).removeprefix('torch.')} {tuple(grid.shape)}"
+            raise ValueError(f"{name}.grid must be int64 (G,) with G >= 2, got {got}")
+        if grid[0] != 0 or grid[-1] != N - 1 or not (grid[1:] > grid[:-1]).all():
+            raise ValueError(f"{name}.grid must rise strictly from 0 to pass_len - 1 = {N - 1}")
+        layout[name] = (CODE_DTYPE, (layers, F, len(grid), 2))
+    layout["far"] = (torch.float32, (layers, F, 2))
+    layout["far_first"] = (torch.float32, (layers, FIRST_KEYS, F, 2))
+    for name, (dtype, shape) in layout.items():
+        t = tensors.get(name)
+        if t is None:
+            raise ValueError(f"{name} is missing")
+        if t.dtype != dtype or tuple(t.shape) != shape:
+            want = f"{str(dtype).removeprefix('torch.')} {shape}"
+            raise ValueError(f"{name} must be {want}, got {str(t.dtype).removeprefix('torch.')} {tuple(t.shape)}")
+        if not torch.isfinite(t).all():
+            raise ValueError(f"{name} has NaN or inf")
+    stray = sorted(set(tensors) - {*layout, *(f"{name}.grid" for name in PARTS)})
+    if stray:
+        raise ValueError(f"tensor {stray[0]!r} is not part of the layout")
+
+
+def load_store(path) -> DesignStore:
+    """The design-time store at ``path``; a missing or malformed one is one error naming it and the field."""
+    import json
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    from .files import regular_file
+
+    path = Path(path)
+    try:
+        regular_file(path, "design-time store")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"design-time store {path} is missing; make it with `{STORE_COMMAND}`") from None
+    try:
+        with safe_open(path, framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+    except Exception as err:
+        raise ValueError(f"design-time store {path} is corrupt or not a safetensors file ({err})") from None
+    try:
+        if HEADER_KEY not in meta:
+            raise ValueError(f"its header has no {HEADER_KEY!r}: not a design-time store")
+        try:
+            about = json.loads(meta[HEADER_KEY])
+        except ValueError as err:
+            raise ValueError(f"the header is not JSON ({err})") from None
+        _check_about(about)
+        _check_tensors(tensors, about)
+    except ValueError as err:
+        raise ValueError(f"design-time store {path}: {err}") from None
+    parts = {name: _from_code(tensors[name]) for name in PARTS}
+    grid = {name: tensors[f"{name}.grid"] for name in PARTS}
+    return DesignStore(about, grid, parts, _from_code(tensors["far"]), _from_code(tensors["far_first"]))
+
+
+def _store_command() -> str:
+    from .paths import ROOT, STORES
+
+    return f"python -m attnres_helpers.hf.design_time --store {STORES['design_time'].relative_to(ROOT)}"
+
+
+STORE_COMMAND = _store_command()  # makes the shipped store (paths.STORES["design_time"])
+
+
+# --------------------------------------------------------------------------- against a configurations store
+
+
+def position_only(configuration, train_len: int) -> bool:
+    """Whether a configuration changes only the distance RoPE sees, as a function of n alone, and keeps
+    every pair at each distance it allows (no remap, or ReRoPE's and leaky ReRoPE's clamp; a causal mask or a
+    window without sinks): there layer 0's design-time ŝ is its measured ŝ at T ≤ L (the tests check it)."""
+    remap, mask = configuration.remap_for(train_len), configuration.mask_for(train_len)
+    return (remap is None or remap.rule in ("rerope", "leaky-rerope")) and mask.kind != "bca" and mask.sinks == 0
+
+
+def against_measured(design: DesignStore, measured, configurations: Mapping[str, object]) -> list[dict]:
+    """Design-time against measured R for every (configuration, T) of a configurations store (plan v4 on:
+    :func:`attnres_helpers.configured_store.load`) at T = L and 2L, in the store's order; at T = L only where
+    the store measured the configuration itself (elsewhere it is the model as trained there). Each row:
+    ``configuration``, ``T``, ``length`` ("L" or "2L"), ``design`` and ``design_sink_free`` (layers,) from
+    the design store, ``measured`` and ``measured_sink_free`` (layers,) the mean over windows of each
+    window's R (plan v4's predictor), ``window_r`` and ``window_r_sink_free`` (W, layers), ``windows``.
+    ``configurations``: the registry (:data:`attnres_helpers.hf.configurations.CONFIGURATIONS`)."""
+    L = measured.train_len
+    if L != design.train_len:
+        raise ValueError(f"the design store's L = {design.train_len} is not the measured store's L = {L}")
+    corr, rows = design.correlations(), []
+    for name in measured.configurations():
+        if name not in configurations:
+            raise ValueError(f"the measured store's configuration {name!r} is not in the registry")
+        forms = {T: model_form(design.model, configurations[name], L, T) for T in (L, 2 * L)}
+        lengths = design_lengths(corr, forms)
+        for tag, T in (("L", L), ("2L", 2 * L)):
+            entry = measured.entries.get((name, T))
+            if entry is None:
+                continue
+            got = lengths[T]
+            window_r, window_free = entry.window_r.double(), entry.window_r_sink_free.double()
+            rows.append(
+                {
+                    "configuration": name,
+                    "T": T,
+                    "length": tag,
+                    "design": got["r"],
+                    "design_sink_free": got["r_sink_free"],
+                    "measured": window_r.mean(0),
+                    "measured_sink_free": window_free.mean(0),
+                    "window_r": window_r,
+                    "window_r_sink_free": window_free,
+                    "windows": entry.windows,
+                }
+            )
+    return rows
+
+
+def score_rows(rows: list[dict], length: str = "2L", sink: bool = True, **kwargs) -> dict:
+    """:func:`score` over the rows of one length (:func:`against_measured`), with or without the sink."""
+    tag = "" if sink else "_sink_free"
+    picked = [r for r in rows if r["length"] == length]
+    design = {r["configuration"]: r["design" + tag] for r in picked}
+    measured = {r["configuration"]: r["measured" + tag] for r in picked}
+    windows = min((r["windows"] for r in picked), default=0)
+    window_r = {r["configuration"]: r["window_r" + tag][:windows] for r in picked}
+    return score(design, measured, window_r, **kwargs)
+
+
+DESIGN_KEY = "design-time R(2L)"  # plan v4's secondary predictor, as a quantity of plan_v4.Collected
+
+
+def with_design(data, design_r2l: Mapping[str, float]):
+    """Plan v4's collected quantities (:func:`attnres_helpers.plan_v4.collect`) with design-time R(2L) (the
+    layer mean) as one more predictor, the same value in every window (it is computed once, from one pass
+    as trained: its window-bootstrap replicates are constant)."""
+    from .plan_v4 import Collected
+
+    missing = [n for n in data.names if n not in design_r2l]
+    if missing:
+        raise ValueError(f"no design-time R(2L) for {', '.join(missing)}")
+    W = data.values["R(2L)"].shape[1]
+    column = np.array([[float(design_r2l[n])] * W for n in data.names])
+    return Collected(data.names, data.kinds, {**data.values, DESIGN_KEY: column})
+
+
+def secondary_predictor(data, design_r2l: Mapping[str, float], n_resamples: int = 10_000, rng: int = 0) -> list[dict]:
+    """Plan v4's secondary predictor design-time R(2L) beside the measured R(2L), per outcome: the
+    across-configuration test of each (:func:`attnres_helpers.plan_v4.across`, as the plan reports every
+    secondary) and, *exploratory* (the plan gives verdicts only from the primary's within-kind test), the
+    within-kind test of design-time R(2L) with the category the primary's rule would give it."""
+    from . import plan_v4
+
+    data = with_design(data, design_r2l)
+    valid, _ = plan_v4.validity(data)
+    rows = []
+    for outcome in plan_v4.OUTCOMES:
+        design = plan_v4.across(data, DESIGN_KEY, outcome, n_resamples, rng=rng)
+        measured = plan_v4.across(data, plan_v4.PRIMARY, outcome, n_resamples, rng=rng)
+        within = plan_v4.within_kinds(data, DESIGN_KEY, outcome, n_resamples, rng=rng)
+        tied = plan_v4.tied_in_every_kind(data, outcome)
+        rows.append(
+            {
+                "outcome": outcome,
+                "design": design,
+                "measured": measured,
+                "within": within,
+                "exploratory verdict": plan_v4.verdict(within, valid, tied),
+            }
+        )
+    return rows
+
+
+def comparison_rows(rows: list[dict], layer: int | None = None) -> list[dict]:
+    """Table rows (strings, 3 significant figures) of :func:`against_measured`'s rows: design and measured R
+    and their ratio, with and without the first-token entries, for the layer mean or one ``layer``."""
+    from .widgets.text import format_sig
+
+    pick = (lambda t: float(t.mean())) if layer is None else (lambda t: float(t[layer]))  # noqa: E731
+    out = []
+    for r in rows:
+        row = {"configuration": r["configuration"], "T": r["length"], "windows": str(r["windows"])}
+        for tag, label in (("", ""), ("_sink_free", " no sink")):
+            design, measured = pick(r["design" + tag]), pick(r["measured" + tag])
+            row |= {
+                f"design{label}": format_sig(design),
+                f"measured{label}": format_sig(measured),
+                f"ratio{label}": format_sig(design / measured) if measured > 0 else "n/a",
+            }
+        out.append(row)
+    return out
+
+
+def off_by(rows: list[dict], length: str = "2L", factor: float = 2.0, sink: bool = True) -> dict[str, list[int]]:
+    """{configuration: the layers where design-time R at ``length`` is off the measured by more than
+    ``factor`` either way}, for the configurations that have any."""
+    tag = "" if sink else "_sink_free"
+    out = {}
+    for r in rows:
+        if r["length"] == length:
+            ratio = r["design" + tag] / r["measured" + tag]
+            layers = torch.nonzero((ratio > factor) | (ratio < 1 / factor)).flatten().tolist()
+            if layers:
+                out[r["configuration"]] = layers
     return out

@@ -63,6 +63,7 @@ STORES = {
     "sinks": RESULTS / "sinks.safetensors",  # does a real model's sink follow its token? notebook 07 (sinks)
     "configurations": RESULTS / "configurations.safetensors",  # plan v3, notebook 08 (configurations at 4627c06)
     "configurations_v4": RESULTS / "configurations_v4.safetensors",  # plan v4, notebook 08 (configurations)
+    "design_time": RESULTS / "design_time.safetensors",  # SmolLM2's C_f(n) on a grid, notebook 10 (hf.design_time)
     "round2": DATA / "sweep" / "round2.safetensors",  # the GPU sweep's second round (scripts/gpu_runs.py)
 }
 CONFIGURATIONS_STORE = STORES["configurations"]

@@ -1,6 +1,12 @@
 """The design-time path for all 16 configurations beside one measured window, side by side in one run.
 
     python benchmarks/bench_design_time.py [--train-len 512] [--rounds 2] [--threads N] [--measured as-trained]
+    python benchmarks/bench_design_time.py --widget [--threads 1]
+
+``--widget`` times notebook 10's path instead, from the shipped design-time store and no model: all 16
+configurations at L = 8192 and 2L, then the explorer's every change (each family's parameter stepped along its
+slider, and the layer): the state (the design-time pair at L and 2L over 30 layers) and the figure, each
+printed with its median and max and the load. Not a timed test.
 
 The model is SmolLM2-135M (``make pretrained`` first); ``--train-len`` sets L (the configurations' sizes are
 fractions of it) and T = 2L (default L = 512, T = 1024: a short run). Both paths run in this process on one
@@ -37,7 +43,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds; two make the ABBA order (default 2)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0: torch's default")
     parser.add_argument("--measured", default="as-trained", help="the configuration of the measured window")
+    parser.add_argument("--widget", action="store_true", help="time notebook 10's store path and explorer instead")
     args = parser.parse_args()
+    if args.widget:
+        widget(args.threads)
+        return
 
     import torch
 
@@ -101,6 +111,50 @@ def main() -> None:
         f"design-time path; plan v4's {len(CONFIGURATIONS)} x {configured.N_WINDOWS} windows at 2L take about "
         f"{ratio * len(CONFIGURATIONS) * configured.N_WINDOWS:.0f}x it; {load()}"
     )
+
+
+def widget(threads: int) -> None:
+    import statistics
+
+    import torch
+
+    from attnres_helpers import design_time as dt
+    from attnres_helpers.hf.configurations import CONFIGURATIONS
+    from attnres_helpers.paths import STORES
+    from attnres_helpers.widgets import design_time as w
+
+    if threads:
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    store = dt.load_store(STORES["design_time"])
+    corr = store.correlations()
+    L = store.train_len
+    loaded = time.perf_counter()
+    for c in CONFIGURATIONS.values():
+        dt.design_lengths(corr, {T: dt.model_form(store.model, c, L, T) for T in (L, 2 * L)})
+    done = time.perf_counter()
+    print(
+        f"from the store ({torch.get_num_threads()} threads): load and interpolate {loaded - start:.2f} s, all "
+        f"{len(CONFIGURATIONS)} configurations at L = {L} and 2L {done - loaded:.2f} s; {load()}"
+    )
+    catalogue = w.design_time_catalogue()
+    figure = w.DesignTimeFigure()
+    figure.render(w.design_time_state(catalogue, "YaRN", 2.0, 0))  # the first draw and caches, not timed
+    states, draws = [], []
+    for family in w.FAMILIES.values():
+        values = family.values()
+        for i, value in enumerate(values[:: max(1, len(values) // 6)]):
+            t0 = time.perf_counter()
+            state = w.design_time_state(catalogue, family.name, value, 17 if i % 2 else 0)
+            t1 = time.perf_counter()
+            figure.render(state)
+            t2 = time.perf_counter()
+            states.append(1e3 * (t1 - t0))
+            draws.append(1e3 * (t2 - t1))
+    total = [a + b for a, b in zip(states, draws)]
+    for what, ms in (("state (readout)", states), ("figure", draws), ("change, both", total)):
+        print(f"explorer {what}: median {statistics.median(ms):.0f} ms, max {max(ms):.0f} ms over {len(ms)} changes")
+    print(f"changes under 150 ms: {sum(t < 150 for t in total)} of {len(total)}; {load()}")
 
 
 if __name__ == "__main__":

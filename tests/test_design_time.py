@@ -379,3 +379,329 @@ def test_the_command_prints_the_design_time_pair_per_layer(folders, cli):
         values = [float(v) for v in lines[at + 2].split()[1:]]
         assert len(values) == 6 and all(0 < v < 1 for v in values)
         assert lines[at + 3].startswith(" mean ")
+
+
+# ------------------------------------------------------------------------------------------ model-free form
+
+
+def _model_part(model) -> dict:
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return {
+        "rope_parameters": dict(config.rope_parameters),
+        "head_dim": head_dim,
+        "max_position_embeddings": config.max_position_embeddings,
+    }
+
+
+@pytest.fixture(scope="module")
+def wide_llama():
+    """A Llama whose heads are SmolLM2's (head_dim 64, θ = 100000), context 64: the frequencies at scale."""
+    return tiny_llama(hidden_size=64, layers=1, heads=1, kv_heads=1, context=64, rope_theta=100000.0)
+
+
+def _family_configurations():
+    from attnres_helpers.widgets.design_time import FAMILIES, configuration
+
+    return [configuration(f.name, v) for f in FAMILIES.values() for v in (f.low, f.default, f.high)]
+
+
+@pytest.mark.parametrize("which", ["llama", "wide_llama"])
+def test_the_model_free_form_is_the_rotary_modules_form(which, request):
+    """θ, the attention factor, remap and mask from the configuration and the model's RoPE parameters alone
+    equal what the rotary module the configuration gives the model rotates by (every registry entry and the
+    explorer's families at both ends and their default; inside and past the model's context, where dynamic
+    NTK grows its base)."""
+    fixture = request.getfixturevalue(which)
+    model = fixture[0] if isinstance(fixture, tuple) else fixture
+    part, context = _model_part(model), model.config.max_position_embeddings
+    for configuration in CONFIGURATIONS.values():
+        for train_len, T in ((context // 2, context), (context, 2 * context), (context, 3 * context + 5)):
+            got = dt.model_form(part, configuration, train_len, T)
+            want = hf_dt.form(model, configuration, train_len, T)
+            assert torch.equal(got.theta, want.theta), (configuration.name, T)
+            assert got.factor == want.factor and got.remap == want.remap and got.mask == want.mask
+            assert want.theta_far is None or torch.equal(want.theta_far, got.theta)
+    for configuration in _family_configurations():  # not in the registry: the module built as applied() builds it
+        for train_len, T in ((64, 64), (64, 3 * context + 5)):  # L = 64: every family's sizes are whole tokens
+            got = dt.model_form(part, configuration, train_len, T)
+            theta, factor = _rotary_frequencies(model, configuration, train_len, T)
+            assert torch.equal(got.theta, theta) and got.factor == factor, (configuration.name, T)
+
+
+def _rotary_frequencies(model, configuration, train_len: int, T: int):
+    """θ and a of a fresh rotary module of the model's type with the configuration's RoPE parameters."""
+    before = dict(model.config.rope_parameters)
+    rope = configuration.rope_for(before["rope_theta"], train_len, _model_part(model)["head_dim"])
+    try:
+        model.config.rope_parameters = rope or before
+        return hf_dt._frequencies(type(model.base_model.rotary_emb)(config=model.config), torch.arange(T))
+    finally:
+        model.config.rope_parameters = before
+
+
+def test_an_unknown_rope_type_is_refused():
+    with pytest.raises(ValueError, match="no design-time form"):
+        dt.rope_frequencies({"rope_type": "longrope", "rope_theta": 1e4}, 64, 128, 256)
+
+
+@pytest.mark.parametrize("mask", [Mask("bca", 8), Mask("bca", 5, 3), Mask("bca", 64, 4), Mask("window", 16, 4), Mask()])
+@pytest.mark.parametrize("T", [40, 97, 256])
+def test_bcas_closed_form_pair_counts_are_the_masks(mask, T):
+    assert torch.equal(dt.pair_counts(mask, T), mask.pair_counts(T))
+
+
+def test_self_extends_closed_form_phase_when_g_does_not_divide_w():
+    """W = 6, G = 4 (W/G = 1.5: the patch's true division) at an odd T, against each pair's distance."""
+    T, theta = 45, torch.tensor([0.7, 0.2], dtype=torch.float64)
+    remap = Remap("self-extend", 6, (4,))
+    phase = dt.bulk_phase(dt.Form(theta, 1.1, Mask(), remap), T)
+    i, j = torch.tril_indices(T, T)
+    keep = j >= 1
+    i, j = i[keep], j[keep]
+    pairs = 1.1**2 * torch.polar(torch.ones(len(i), 2, dtype=torch.float64), remap.distance(i, j)[:, None] * theta)
+    for n in range(T - 1):
+        torch.testing.assert_close(phase[:, n], pairs[(i - j) == n].mean(0), atol=1e-12, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------ the shipped store
+
+
+def _synthetic(N: int = 3000, layers: int = 2, F: int = 4, seed: int = 0) -> dt.Correlations:
+    """Slowly varying content with noise that shrinks with the pairs at each distance, like a real pass."""
+    g = torch.Generator().manual_seed(seed)
+    n = torch.arange(N, dtype=torch.float64)
+    pairs = (N - 1 - n).clamp(min=1)
+    smooth = torch.exp(-n / 700)[None, None] * torch.linspace(1, 3, F, dtype=torch.float64)[None, :, None]
+    noise = torch.randn(layers, F, N, 2, generator=g, dtype=torch.float64) / pairs.sqrt()[:, None]
+    bulk = (smooth + 2.0) * (1 + 0.5j) + torch.complex(noise[..., 0], noise[..., 1])
+    key0 = torch.complex(*torch.randn(2, layers, F, N, generator=g, dtype=torch.float64))
+    means = torch.complex(*torch.randn(2, layers, 3, F, generator=g, dtype=torch.float64))
+    first = torch.complex(*torch.randn(2, layers, 3, dt.FIRST_KEYS, F, generator=g, dtype=torch.float64))
+    return dt.Correlations(bulk, key0, means, means.conj(), first, 0.125, 1)
+
+
+ABOUT = {
+    "model": "synthetic",
+    "train_len": 3000,
+    "text": "none",
+    "head_dim": 8,
+    "max_position_embeddings": 3000,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    "command": "a test",
+}
+
+
+def test_the_store_round_trips_what_reduced_gives(tmp_path):
+    corr = _synthetic()
+    path = tmp_path / "dt.safetensors"
+    dt.save_store(path, corr, ABOUT)
+    got, want = dt.load_store(path), dt.reduced(corr, ABOUT)
+    for name in dt.PARTS:
+        assert torch.equal(got.grids[name], want.grids[name]) and torch.equal(got.parts[name], want.parts[name])
+    assert torch.equal(got.far, want.far) and torch.equal(got.far_first, want.far_first)
+    assert got.about["pass_len"] == 3000 and got.about["scaling"] == 0.125 and got.about["layers"] == 2
+    assert got.model == {k: ABOUT[k] for k in ("rope_parameters", "head_dim", "max_position_embeddings")}
+    assert not list(tmp_path.glob(".*tmp*"))  # written atomically, nothing left beside it
+    # the far values are the pass's (float32), the grid keeps every dense knot's own value (float16)
+    torch.testing.assert_close(got.far, corr.far(), atol=1e-6, rtol=1e-6)
+    grid = got.grids["bulk"]
+    torch.testing.assert_close(got.parts["bulk"][..., :31], corr.bulk[..., :31], atol=2e-3, rtol=2e-3)
+    assert grid[:32].tolist() == list(range(32)) and grid[-24:].tolist() == list(range(3000 - 24, 3000))
+
+
+def test_reduce_and_expand_are_exact_where_they_should_be():
+    grid = dt.reduction_grid(1000, 16, 30, 8)
+    line = torch.arange(1000, dtype=torch.float64)[None] * 0.3 + 2
+    torch.testing.assert_close(dt.expand(line[..., grid], grid, 1000), line)  # linear between knots
+    cells = dt.reduce(line, grid)
+    # a knot among dense neighbours on both sides keeps its own value (the last dense one's cell reaches on)
+    torch.testing.assert_close(cells[..., :15], line[..., :15], rtol=1e-12, atol=0)
+    torch.testing.assert_close(cells[..., -7:], line[..., -7:], rtol=1e-12, atol=0)  # cumulative sums: 4e-14
+    torch.testing.assert_close(
+        dt.reduce(torch.ones(1, 1000, dtype=torch.float64), grid), torch.ones(1, len(grid), dtype=torch.float64)
+    )
+    assert torch.equal(dt.reduction_grid(50, 16, 30, 8), torch.arange(50))  # a short pass keeps every distance
+
+
+def test_the_reduced_grid_costs_under_one_percent_of_design_time_r():
+    """On the synthetic pass (noise like a real one's): every configuration's R at L and 2L within 1% per layer
+    of the full pass's. The shipped store records the same measure on SmolLM2 (next test)."""
+    corr = _synthetic()
+    reduced = dt.reduced(corr, ABOUT).correlations()
+    for configuration in CONFIGURATIONS.values():
+        for T in (3000, 6000):
+            form = dt.model_form(ABOUT, configuration, 3000, T)
+            full, got = dt.design_r(corr, form, T), dt.design_r(reduced, form, T)
+            for key in ("r", "r_sink_free"):
+                assert (got[key] / full[key] - 1).abs().max() < 1e-2, (configuration.name, T, key)
+
+
+def test_the_shipped_store_reads_and_states_its_reduction_error():
+    """Seen when it was built: 0.84% at most in a layer (Self-Extend W = L/16 without the sink, layer 20),
+    0.12% in the layer mean, over the 16 configurations at L and 2L with and without the sink."""
+    from attnres_helpers.paths import STORES
+
+    store = dt.load_store(STORES["design_time"])
+    worst = store.about["reduction_error"]["largest"]
+    assert worst["layer"] < 0.01 and worst["mean"] < 0.002
+    assert set(store.about["reduction_error"]["by_configuration"]) == set(CONFIGURATIONS)
+    assert store.about["train_len"] == store.about["pass_len"] == 8192 and store.about["layers"] == 30
+    assert STORES["design_time"].stat().st_size < 1.5e6
+
+
+def _rewrite(path, tmp_path, change_tensors=None, change_about=None):
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(path, framework="pt") as f:
+        about = json.loads(f.metadata()[dt.HEADER_KEY])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    if change_tensors:
+        change_tensors(tensors)
+    if change_about:
+        change_about(about)
+    out = tmp_path / "bad.safetensors"
+    save_file(tensors, out, {dt.HEADER_KEY: json.dumps(about)})
+    return out
+
+
+BAD = {
+    "format": (None, lambda a: a.update(format=2), "format must be 1"),
+    "missing key": (None, lambda a: a.pop("rope_parameters"), "rope_parameters must be"),
+    "pass past L": (None, lambda a: a.update(pass_len=4000), "pass_len must be"),
+    "odd head": (None, lambda a: a.update(head_dim=7), "head_dim must be"),
+    "bool": (None, lambda a: a.update(windows=True), "windows must be"),
+    "grid": (lambda t: t["bulk.grid"].__setitem__(5, 4), None, "bulk.grid must rise strictly"),
+    "dtype": (lambda t: t.update(bulk=t["bulk"].float()), None, "bulk must be float16"),
+    "shape": (lambda t: t.update(key0=t["key0"][:1]), None, "key0 must be float16 (2, 4,"),
+    "nan": (lambda t: t["far"].__setitem__((0, 0, 0), float("nan")), None, "far has NaN or inf"),
+    "missing": (lambda t: t.pop("far_first"), None, "far_first is missing"),
+    "stray": (lambda t: t.update(extra=torch.zeros(1)), None, "tensor 'extra' is not part of the layout"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_malformed_store_is_one_line_naming_the_field(case, tmp_path):
+    path = tmp_path / "dt.safetensors"
+    dt.save_store(path, _synthetic(), ABOUT)
+    tensors, about, message = BAD[case]
+    bad = _rewrite(path, tmp_path, tensors, about)
+    with pytest.raises(ValueError) as err:
+        dt.load_store(bad)
+    text = str(err.value)
+    assert text.startswith(f"design-time store {bad}: ") and message in text and "\n" not in text, text
+
+
+def test_a_missing_or_foreign_store_is_one_line(tmp_path):
+    with pytest.raises(FileNotFoundError, match="is missing; make it with `python -m attnres_helpers.hf.design_time"):
+        dt.load_store(tmp_path / "absent.safetensors")
+    (tmp_path / "junk.safetensors").write_bytes(b"not a store")
+    with pytest.raises(ValueError, match="corrupt or not a safetensors file"):
+        dt.load_store(tmp_path / "junk.safetensors")
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.zeros(1)}, tmp_path / "other.safetensors", {"attnres-configurations": "{}"})
+    with pytest.raises(ValueError, match="not a design-time store"):
+        dt.load_store(tmp_path / "other.safetensors")
+
+
+def test_carried_over_scores_are_the_same_numbers():
+    """design_lengths cuts the longest T's content scores where the phase is one of n alone: the same ŝ."""
+    corr = _synthetic(N=600)
+    for name in ("yarn-2", "rerope-4", "self-extend-8-8", "bca-4", "streaming"):
+        forms = {T: dt.model_form(ABOUT, CONFIGURATIONS[name], 600, T) for T in (600, 1200)}
+        both = dt.design_lengths(corr, forms)
+        for T, form in forms.items():
+            alone = dt.design_r(corr, form, T)
+            for key in ("s_hat", "s_hat_sink_free"):
+                torch.testing.assert_close(both[T][key], alone[key], rtol=0, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------ against the stores
+
+
+@pytest.fixture(scope="module")
+def stores():
+    from attnres_helpers.configured_store import load
+    from attnres_helpers.paths import STORES
+
+    return dt.load_store(STORES["design_time"]), load(STORES["configurations_v4"])
+
+
+def test_against_the_measured_store(stores):
+    design, measured = stores
+    rows = dt.against_measured(design, measured, CONFIGURATIONS)
+    entries = {(n, T) for (n, T) in measured.entries}
+    assert {(r["configuration"], r["T"]) for r in rows} == entries
+    for r in rows:
+        entry = measured.entries[(r["configuration"], r["T"])]
+        assert torch.equal(r["measured"], entry.window_r.double().mean(0)) and r["windows"] == entry.windows
+        assert r["design"].shape == (30,) and (r["design"] > 0).all() and (r["design"] < 1).all()
+    out = dt.score_rows(rows, "2L")
+    if min(r["windows"] for r in rows) == 1:
+        assert out["interval"] is None and "1 window" in out["degenerate"]
+    assert -1 <= out["rho"] <= 1
+
+
+def test_plan_v4s_secondary_predictor_is_a_constant_per_window_column(stores):
+    from attnres_helpers import plan_v4
+
+    design, measured = stores
+    data = plan_v4.collect(measured)
+    values = {n: 0.1 * (i + 1) for i, n in enumerate(data.names)}
+    with_design = dt.with_design(data, values)
+    column = with_design.values[dt.DESIGN_KEY]
+    assert column.shape == with_design.values["R(2L)"].shape and np.all(column == column[:, :1])
+    with pytest.raises(ValueError, match="no design-time R"):
+        dt.with_design(data, {})
+
+
+# ------------------------------------------------------------------------------------------ the explorer
+
+
+def test_each_family_gives_back_the_registrys_entries_at_their_values():
+    from attnres_helpers.widgets.design_time import FAMILIES, configuration
+
+    L = 8192
+    for family in FAMILIES.values():
+        for value, name in family.registry.items():
+            assert value in family.values()
+            got, want = configuration(family.name, value), CONFIGURATIONS[name]
+            assert got.rope_for(1e5, L) == want.rope_for(1e5, L), name
+            assert got.remap_for(L) == want.remap_for(L) and got.mask_for(L) == want.mask_for(L), name
+    with pytest.raises(ValueError, match="must be in"):
+        configuration("YaRN", 9.0)
+
+
+def test_the_explorer_updates_its_readout_and_figure_on_every_control():
+    from attnres_helpers.widgets import design_time as w
+
+    root = w.design_time_explorer()
+    c = root.controls
+    catalogue = w.design_time_catalogue()
+    first_png, drawn = c["plot"].value, root.drawer.drawn
+    assert first_png and "YaRN, factor = 2</b>" in c["readout"].value and "measured (yarn-2" in c["readout"].value
+    for control, value in (("param", 3.5), ("layer", 17), ("family", "Self-Extend"), ("param", 16.0)):
+        before = c["plot"].value
+        c[control].value = value
+        state = w.design_time_state(catalogue, c["family"].value, c["param"].value, c["layer"].value)
+        assert c["readout"].value == w.design_time_readout_html(state)
+        assert c["plot"].value != before and root.drawer.drawn > drawn
+        drawn = root.drawer.drawn
+    assert "Self-Extend, group G (W = L/G) = 16" in c["readout"].value and "self-extend-16-16" in c["readout"].value
+    assert c["param"].min == 2.0 and c["param"].max == 32.0
+
+
+def test_the_explorers_float32_sums_are_float64s_r():
+    from attnres_helpers.widgets import design_time as w
+
+    catalogue = w.design_time_catalogue()
+    state = w.design_time_state(catalogue, "leaky ReRoPE", 16.0, 3)
+    corr = catalogue["design"].correlations()  # float64 sums
+    form = dt.model_form(catalogue["design"].model, w.configuration("leaky ReRoPE", 16.0), 8192, 16384)
+    want = dt.design_r(corr, form, 16384)
+    for key in ("r", "r_sink_free"):
+        torch.testing.assert_close(state["r"]["2L"][key], want[key], rtol=1e-4, atol=0)

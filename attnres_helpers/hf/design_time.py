@@ -13,6 +13,11 @@ The method is :mod:`attnres_helpers.design_time`'s; this module gives it its two
 :func:`design_time` combines them at every length asked; :func:`report` is the ``design-time`` command.
 
     python -m attnres_helpers design-time --model NAME|FOLDER --configuration NAME [--lengths 1,2,4]
+
+:func:`build_store` writes the shipped design-time store (one pass at L, C_f(n) on a grid, the grid's measured
+cost in R in its header), without the model's weights; notebook 10 reads it:
+
+    python -m attnres_helpers.hf.design_time --store data/results/design_time.safetensors [--model NAME]
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import torch
 
 from .. import design_time as dt
 from . import configured_attention
-from .configurations import CONFIGURATIONS, Configuration, applied
+from .configurations import CONFIGURATIONS, Configuration, applied, check_config
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -110,7 +115,7 @@ def report(
     unknown configuration, a length under one window of L, a model without one RoPE, a pass longer than L)
     is one line before any weight is read."""
     from . import fetch
-    from .configurations import check_applies, check_config
+    from .configurations import check_applies
     from .folders import load_config, load_pretrained, load_tokenizer
 
     unknown = [c for c in configurations if c not in CONFIGURATIONS]
@@ -152,3 +157,93 @@ def report(
         means = (f"{results[T]['r'].mean():11.4g} {results[T]['r_sink_free'].mean():9.4g}" for T in lengths)
         lines.append(" mean " + " ".join(means))
     return "\n".join(lines)
+
+
+def reduction_error(corr: dt.Correlations, store: dt.DesignStore, train_len: int, model: dict) -> dict:
+    """What keeping C_f(n) on the grid costs in design-time R, against the pass at full resolution: for
+    every configuration of the registry at L and 2L, with and without the first-token entries, the largest
+    relative error over layers and the relative error of the layer mean (``{name: {"L"|"2L": {"r"|
+    "r_sink_free": [max over layers, layer mean]}}}``), and the largest of each over all of them."""
+    reduced = store.correlations()
+    out, worst = {}, {"layer": 0.0, "mean": 0.0}
+    for name, configuration in CONFIGURATIONS.items():
+        out[name] = {}
+        for tag, T in (("L", train_len), ("2L", 2 * train_len)):
+            form = dt.model_form(model, configuration, train_len, T)
+            full, got = dt.design_r(corr, form, T), dt.design_r(reduced, form, T)
+            out[name][tag] = {}
+            for key in ("r", "r_sink_free"):
+                layer = float((got[key] / full[key] - 1).abs().max())
+                mean = float(abs(got[key].mean() / full[key].mean() - 1))
+                out[name][tag][key] = [layer, mean]
+                worst = {"layer": max(worst["layer"], layer), "mean": max(worst["mean"], mean)}
+    return {"largest": worst, "by_configuration": out}
+
+
+def build_store(model: str, path, window: int = 0) -> str:
+    """The shipped design-time store (``dt.STORE_COMMAND``): one pass of ``model`` as trained over plan
+    v4's text window ``window`` of L tokens (plain text), its C_f(n) kept on the grid
+    (:func:`attnres_helpers.design_time.reduction_grid`), the far values, the model's RoPE parameters, and
+    the reduction's measured cost in design-time R (:func:`reduction_error`). Returns what it did, a line."""
+    from . import fetch
+    from .folders import load_config, load_pretrained, load_tokenizer
+
+    entry, folder = fetch.resolve(model)
+    config = load_config(folder)
+    check_config(config, CONFIGURATIONS["as-trained"])
+    L = entry.context if entry is not None else config.max_position_embeddings
+    start = time.perf_counter()
+    loaded = fetch.load(entry) if entry is not None else load_pretrained(folder).eval()
+    ids = text_windows(load_tokenizer(folder), L, window + 1)[window]
+    corr = correlations(loaded, [ids], L)
+    passed = time.perf_counter() - start
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    about = {
+        "model": folder.name,
+        "train_len": L,
+        "text": f"plan v4's text window {window} of L tokens (plain text, no passkey), one pass as trained",
+        "head_dim": head_dim,
+        "max_position_embeddings": config.max_position_embeddings,
+        "rope_parameters": dict(config.rope_parameters),
+        "command": f"{dt.STORE_COMMAND.split(' --store')[0]} --model {model} --store {path}",
+    }
+    about["pass_seconds"] = round(passed, 1)
+    return f"wrote {path}: {folder.name}, one pass of {L} tokens as trained ({passed:.0f} s); " + write_store(
+        path, corr, about
+    )
+
+
+def write_store(path, corr: dt.Correlations, about: dict) -> str:
+    """Measure what the grid costs (:func:`reduction_error`), keep it in the header, write the store."""
+    model = {k: about[k] for k in ("rope_parameters", "head_dim", "max_position_embeddings")}
+    L = about["train_len"]
+    about = {**about, "reduction_error": reduction_error(corr, dt.reduced(corr, about), L, model)}
+    dt.save_store(path, corr, about)
+    worst = about["reduction_error"]["largest"]
+    return (
+        f"C_f(n) on {' and '.join(str(len(g)) for g in dt.grids(corr.length).values())} of {corr.length} "
+        "distances (bulk pairs and key 0): design-time R off the full "
+        f"pass by at most {worst['layer']:.2%} in a layer and {worst['mean']:.2%} in the layer mean "
+        f"({len(CONFIGURATIONS)} configurations, L and 2L, with and without the sink)"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m attnres_helpers.hf.design_time --store PATH [--model NAME] [--threads N]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write the shipped design-time store (issue 41).")
+    parser.add_argument("--store", required=True, help="the store to write (data/results/design_time.safetensors)")
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="a registry name or a transformers folder")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    try:
+        print(build_store(args.model, args.store))
+    except (ValueError, FileNotFoundError, OSError) as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -324,13 +324,17 @@ def cmd_configurations(args: argparse.Namespace) -> None:
 
 
 def cmd_design_time(args: argparse.Namespace) -> None:
-    """Issue 41: design-time R per layer under each configuration, from one pass of the model as trained."""
+    """Issue 41: design-time R per layer under each configuration, from one pass of the model as trained;
+    with ``--store``, that pass's C_f(n) on the shipped grid written into a store instead."""
     if min(args.lengths) < 1:
         raise ValueError(f"--lengths {min(args.lengths):g} is under one window of L: design time extends it")
-    from .hf.design_time import report
+    from .hf.design_time import build_store, report
 
     _set_threads(args.threads)
-    print(report(args.model, args.configuration, args.lengths, args.pass_len))
+    if args.store is not None:
+        print(build_store(args.model, args.store))
+    else:
+        print(report(args.model, args.configuration, args.lengths, args.pass_len))
 
 
 def cmd_copy_control(args: argparse.Namespace) -> None:

@@ -431,7 +431,9 @@ def parser(commands: Mapping[str, Callable]) -> tuple[argparse.ArgumentParser, d
     _add_reproduce(subparsers, commands["reproduce"])
     p = subparsers.add_parser("design-time", help="design-time R per layer under configurations (seconds)")
     p.add_argument("--model", default=SHIPPED_CONFIGURED_MODEL, help="a registry name or a transformers folder")
-    _add(p, "configuration", required=True)
+    what = p.add_mutually_exclusive_group(required=True)  # print a configuration's R, or write the store
+    _add(what, "configuration")
+    _add(what, "store", help="write the design-time store here (data/results/design_time.safetensors is shipped)")
     _add(p, "lengths", help="multiples of L, each >= 1 (default 1,2)", default=(1.0, 2.0))
     p.add_argument("--pass-len", type=_positive_int, default=None, help="tokens of the pass as trained (default L)")
     _add(p, "threads")

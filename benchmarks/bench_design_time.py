@@ -118,6 +118,7 @@ def widget(threads: int) -> None:
 
     import torch
 
+    from attnres_helpers import design_store
     from attnres_helpers import design_time as dt
     from attnres_helpers.hf.configurations import CONFIGURATIONS
     from attnres_helpers.paths import STORES
@@ -126,7 +127,7 @@ def widget(threads: int) -> None:
     if threads:
         torch.set_num_threads(threads)
     start = time.perf_counter()
-    store = dt.load_store(STORES["design_time"])
+    store = design_store.load_store(STORES["design_time"])
     corr = store.correlations()
     L = store.train_len
     loaded = time.perf_counter()

@@ -26,7 +26,7 @@ LAYERS = [
         "data",
         "notebook",
     },  # the teaching core, the repo's files
-    {"encodings", "store", "configured_store", "design_time"},
+    {"encodings", "store", "configured_store", "design_time", "design_store"},
     {"measure", "stats", "hf"},  # measuring: our models, statistics, transformers' models
     {"checkpoints", "train"},  # loading and training (an HF-built checkpoint needs hf's config)
     {"experiments"},  # what is trained, and the one runner
@@ -44,6 +44,7 @@ LAYERS = [
         "secondary_v2",
         "plan_v3_review",
         "plan_v4",
+        "design_vs_measured",
     },  # queries and pictures over stores
     {"__main__", "__init__", "cli"},  # the command line (cli: its parser, which imports no package module)
 ]

@@ -20,6 +20,7 @@ import pytest
 import torch
 from helpers import tiny_llama
 
+from attnres_helpers import design_store, design_vs_measured
 from attnres_helpers import design_time as dt
 from attnres_helpers.encodings import rope_score_curve
 from attnres_helpers.masks import Mask
@@ -358,6 +359,21 @@ def test_the_command_refuses_bad_input_in_one_line_before_any_work(folders, cli,
 
 
 @pytest.mark.pretrained
+def test_the_command_writes_a_design_time_store_with_store(folders, cli, tmp_path):
+    """``design-time --store PATH``: the pass's C_f(n) on the grid, read back by the store's own reader,
+    its header naming the command that made it; ``--store`` with ``--configuration`` is a usage error."""
+    if not (folders / "llama" / "tokenizer.json").exists():
+        pytest.skip("SmolLM2's tokenizer is absent (make pretrained)")
+    path = tmp_path / "design.safetensors"
+    result = cli("design-time", "--model", str(folders / "llama"), "--store", str(path))
+    assert result.returncode == 0 and result.stdout.startswith(f"wrote {path}: llama"), result.stderr
+    store = design_store.load_store(path)
+    assert store.about["train_len"] == 64 and store.about["command"].startswith("python -m attnres_helpers design-time")
+    both = cli("design-time", "--configuration", "yarn-2", "--store", str(path))
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+@pytest.mark.pretrained
 def test_the_command_prints_the_design_time_pair_per_layer(folders, cli):
     """A tiny Llama folder (with SmolLM2's tokenizer) under Self-Extend and YaRN at L, 2L and 4L."""
     if not (folders / "llama" / "tokenizer.json").exists():
@@ -495,9 +511,9 @@ ABOUT = {
 def test_the_store_round_trips_what_reduced_gives(tmp_path):
     corr = _synthetic()
     path = tmp_path / "dt.safetensors"
-    dt.save_store(path, corr, ABOUT)
-    got, want = dt.load_store(path), dt.reduced(corr, ABOUT)
-    for name in dt.PARTS:
+    design_store.save_store(path, corr, ABOUT)
+    got, want = design_store.load_store(path), design_store.reduced(corr, ABOUT)
+    for name in design_store.PARTS:
         assert torch.equal(got.grids[name], want.grids[name]) and torch.equal(got.parts[name], want.parts[name])
     assert torch.equal(got.far, want.far) and torch.equal(got.far_first, want.far_first)
     assert got.about["pass_len"] == 3000 and got.about["scaling"] == 0.125 and got.about["layers"] == 2
@@ -511,24 +527,27 @@ def test_the_store_round_trips_what_reduced_gives(tmp_path):
 
 
 def test_reduce_and_expand_are_exact_where_they_should_be():
-    grid = dt.reduction_grid(1000, 16, 30, 8)
+    grid = design_store.reduction_grid(1000, 16, 30, 8)
     line = torch.arange(1000, dtype=torch.float64)[None] * 0.3 + 2
-    torch.testing.assert_close(dt.expand(line[..., grid], grid, 1000), line)  # linear between knots
-    cells = dt.reduce(line, grid)
+    torch.testing.assert_close(design_store.expand(line[..., grid], grid, 1000), line)  # linear between knots
+    cells = design_store.reduce(line, grid)
     # a knot among dense neighbours on both sides keeps its own value (the last dense one's cell reaches on)
     torch.testing.assert_close(cells[..., :15], line[..., :15], rtol=1e-12, atol=0)
     torch.testing.assert_close(cells[..., -7:], line[..., -7:], rtol=1e-12, atol=0)  # cumulative sums: 4e-14
     torch.testing.assert_close(
-        dt.reduce(torch.ones(1, 1000, dtype=torch.float64), grid), torch.ones(1, len(grid), dtype=torch.float64)
+        design_store.reduce(torch.ones(1, 1000, dtype=torch.float64), grid),
+        torch.ones(1, len(grid), dtype=torch.float64),
     )
-    assert torch.equal(dt.reduction_grid(50, 16, 30, 8), torch.arange(50))  # a short pass keeps every distance
+    assert torch.equal(
+        design_store.reduction_grid(50, 16, 30, 8), torch.arange(50)
+    )  # a short pass keeps every distance
 
 
 def test_the_reduced_grid_costs_under_one_percent_of_design_time_r():
     """On the synthetic pass (noise like a real one's): every configuration's R at L and 2L within 1% per layer
     of the full pass's. The shipped store records the same measure on SmolLM2 (next test)."""
     corr = _synthetic()
-    reduced = dt.reduced(corr, ABOUT).correlations()
+    reduced = design_store.reduced(corr, ABOUT).correlations()
     for configuration in CONFIGURATIONS.values():
         for T in (3000, 6000):
             form = dt.model_form(ABOUT, configuration, 3000, T)
@@ -542,7 +561,7 @@ def test_the_shipped_store_reads_and_states_its_reduction_error():
     0.12% in the layer mean, over the 16 configurations at L and 2L with and without the sink."""
     from attnres_helpers.paths import STORES
 
-    store = dt.load_store(STORES["design_time"])
+    store = design_store.load_store(STORES["design_time"])
     worst = store.about["reduction_error"]["largest"]
     assert worst["layer"] < 0.01 and worst["mean"] < 0.002
     assert set(store.about["reduction_error"]["by_configuration"]) == set(CONFIGURATIONS)
@@ -557,14 +576,14 @@ def _rewrite(path, tmp_path, change_tensors=None, change_about=None):
     from safetensors.torch import save_file
 
     with safe_open(path, framework="pt") as f:
-        about = json.loads(f.metadata()[dt.HEADER_KEY])
+        about = json.loads(f.metadata()[design_store.HEADER_KEY])
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     if change_tensors:
         change_tensors(tensors)
     if change_about:
         change_about(about)
     out = tmp_path / "bad.safetensors"
-    save_file(tensors, out, {dt.HEADER_KEY: json.dumps(about)})
+    save_file(tensors, out, {design_store.HEADER_KEY: json.dumps(about)})
     return out
 
 
@@ -586,26 +605,26 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_malformed_store_is_one_line_naming_the_field(case, tmp_path):
     path = tmp_path / "dt.safetensors"
-    dt.save_store(path, _synthetic(), ABOUT)
+    design_store.save_store(path, _synthetic(), ABOUT)
     tensors, about, message = BAD[case]
     bad = _rewrite(path, tmp_path, tensors, about)
     with pytest.raises(ValueError) as err:
-        dt.load_store(bad)
+        design_store.load_store(bad)
     text = str(err.value)
     assert text.startswith(f"design-time store {bad}: ") and message in text and "\n" not in text, text
 
 
 def test_a_missing_or_foreign_store_is_one_line(tmp_path):
-    with pytest.raises(FileNotFoundError, match="is missing; make it with `python -m attnres_helpers.hf.design_time"):
-        dt.load_store(tmp_path / "absent.safetensors")
+    with pytest.raises(FileNotFoundError, match="is missing; make it with `python -m attnres_helpers design-time --store"):
+        design_store.load_store(tmp_path / "absent.safetensors")
     (tmp_path / "junk.safetensors").write_bytes(b"not a store")
     with pytest.raises(ValueError, match="corrupt or not a safetensors file"):
-        dt.load_store(tmp_path / "junk.safetensors")
+        design_store.load_store(tmp_path / "junk.safetensors")
     from safetensors.torch import save_file
 
     save_file({"x": torch.zeros(1)}, tmp_path / "other.safetensors", {"attnres-configurations": "{}"})
     with pytest.raises(ValueError, match="not a design-time store"):
-        dt.load_store(tmp_path / "other.safetensors")
+        design_store.load_store(tmp_path / "other.safetensors")
 
 
 def test_carried_over_scores_are_the_same_numbers():
@@ -628,19 +647,19 @@ def stores():
     from attnres_helpers.configured_store import load
     from attnres_helpers.paths import STORES
 
-    return dt.load_store(STORES["design_time"]), load(STORES["configurations_v4"])
+    return design_store.load_store(STORES["design_time"]), load(STORES["configurations_v4"])
 
 
 def test_against_the_measured_store(stores):
     design, measured = stores
-    rows = dt.against_measured(design, measured, CONFIGURATIONS)
+    rows = design_vs_measured.against_measured(design, measured, CONFIGURATIONS)
     entries = {(n, T) for (n, T) in measured.entries}
     assert {(r["configuration"], r["T"]) for r in rows} == entries
     for r in rows:
         entry = measured.entries[(r["configuration"], r["T"])]
         assert torch.equal(r["measured"], entry.window_r.double().mean(0)) and r["windows"] == entry.windows
         assert r["design"].shape == (30,) and (r["design"] > 0).all() and (r["design"] < 1).all()
-    out = dt.score_rows(rows, "2L")
+    out = design_vs_measured.score_rows(rows, "2L")
     if min(r["windows"] for r in rows) == 1:
         assert out["interval"] is None and "1 window" in out["degenerate"]
     assert -1 <= out["rho"] <= 1
@@ -652,11 +671,11 @@ def test_plan_v4s_secondary_predictor_is_a_constant_per_window_column(stores):
     design, measured = stores
     data = plan_v4.collect(measured)
     values = {n: 0.1 * (i + 1) for i, n in enumerate(data.names)}
-    with_design = dt.with_design(data, values)
-    column = with_design.values[dt.DESIGN_KEY]
+    with_design = design_vs_measured.with_design(data, values)
+    column = with_design.values[design_vs_measured.DESIGN_KEY]
     assert column.shape == with_design.values["R(2L)"].shape and np.all(column == column[:, :1])
     with pytest.raises(ValueError, match="no design-time R"):
-        dt.with_design(data, {})
+        design_vs_measured.with_design(data, {})
 
 
 # ------------------------------------------------------------------------------------------ the explorer

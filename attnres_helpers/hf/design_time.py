@@ -17,7 +17,7 @@ The method is :mod:`attnres_helpers.design_time`'s; this module gives it its two
 :func:`build_store` writes the shipped design-time store (one pass at L, C_f(n) on a grid, the grid's measured
 cost in R in its header), without the model's weights; notebook 10 reads it:
 
-    python -m attnres_helpers.hf.design_time --store data/results/design_time.safetensors [--model NAME]
+    attnres design-time --store data/results/design_time.safetensors [--model NAME]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .. import design_store
 from .. import design_time as dt
 from . import configured_attention
 from .configurations import CONFIGURATIONS, Configuration, applied, check_config
@@ -159,7 +160,7 @@ def report(
     return "\n".join(lines)
 
 
-def reduction_error(corr: dt.Correlations, store: dt.DesignStore, train_len: int, model: dict) -> dict:
+def reduction_error(corr: dt.Correlations, store: design_store.DesignStore, train_len: int, model: dict) -> dict:
     """What keeping C_f(n) on the grid costs in design-time R, against the pass at full resolution: for
     every configuration of the registry at L and 2L, with and without the first-token entries, the largest
     relative error over layers and the relative error of the layer mean (``{name: {"L"|"2L": {"r"|
@@ -181,7 +182,7 @@ def reduction_error(corr: dt.Correlations, store: dt.DesignStore, train_len: int
 
 
 def build_store(model: str, path, window: int = 0) -> str:
-    """The shipped design-time store (``dt.STORE_COMMAND``): one pass of ``model`` as trained over plan
+    """The shipped design-time store (``design_store.STORE_COMMAND``): one pass of ``model`` as trained over plan
     v4's text window ``window`` of L tokens (plain text), its C_f(n) kept on the grid
     (:func:`attnres_helpers.design_time.reduction_grid`), the far values, the model's RoPE parameters, and
     the reduction's measured cost in design-time R (:func:`reduction_error`). Returns what it did, a line."""
@@ -205,7 +206,7 @@ def build_store(model: str, path, window: int = 0) -> str:
         "head_dim": head_dim,
         "max_position_embeddings": config.max_position_embeddings,
         "rope_parameters": dict(config.rope_parameters),
-        "command": f"{dt.STORE_COMMAND.split(' --store')[0]} --model {model} --store {path}",
+        "command": f"{design_store.STORE_COMMAND.split(' --store')[0]} --model {model} --store {path}",
     }
     about["pass_seconds"] = round(passed, 1)
     return f"wrote {path}: {folder.name}, one pass of {L} tokens as trained ({passed:.0f} s); " + write_store(
@@ -217,33 +218,12 @@ def write_store(path, corr: dt.Correlations, about: dict) -> str:
     """Measure what the grid costs (:func:`reduction_error`), keep it in the header, write the store."""
     model = {k: about[k] for k in ("rope_parameters", "head_dim", "max_position_embeddings")}
     L = about["train_len"]
-    about = {**about, "reduction_error": reduction_error(corr, dt.reduced(corr, about), L, model)}
-    dt.save_store(path, corr, about)
+    about = {**about, "reduction_error": reduction_error(corr, design_store.reduced(corr, about), L, model)}
+    design_store.save_store(path, corr, about)
     worst = about["reduction_error"]["largest"]
     return (
-        f"C_f(n) on {' and '.join(str(len(g)) for g in dt.grids(corr.length).values())} of {corr.length} "
+        f"C_f(n) on {' and '.join(str(len(g)) for g in design_store.grids(corr.length).values())} of {corr.length} "
         "distances (bulk pairs and key 0): design-time R off the full "
         f"pass by at most {worst['layer']:.2%} in a layer and {worst['mean']:.2%} in the layer mean "
         f"({len(CONFIGURATIONS)} configurations, L and 2L, with and without the sink)"
     )
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m attnres_helpers.hf.design_time --store PATH [--model NAME] [--threads N]``."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Write the shipped design-time store (issue 41).")
-    parser.add_argument("--store", required=True, help="the store to write (data/results/design_time.safetensors)")
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="a registry name or a transformers folder")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    args = parser.parse_args(argv)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    try:
-        print(build_store(args.model, args.store))
-    except (ValueError, FileNotFoundError, OSError) as err:
-        raise SystemExit(f"error: {err}") from None
-
-
-if __name__ == "__main__":
-    main()

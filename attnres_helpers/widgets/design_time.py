@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from .. import design_time as dt
+from ..design_store import load_store
 from ..paths import STORES
 from .render import FONT_PT, BlitFigure, LatestWins, figure_layout, min_max_decimate, new_figure, shared_figure
 from .text import error_html, format_sig
@@ -107,7 +108,7 @@ def design_time_catalogue(design_store: str | Path | None = None, measured_store
     "measured": ConfiguredStore or None, "L", "layers", "cache": {}}``."""
     from ..configured_store import load
 
-    design = dt.load_store(STORES["design_time"] if design_store is None else design_store)
+    design = load_store(STORES["design_time"] if design_store is None else design_store)
     path = STORES["configurations_v4"] if measured_store is None else measured_store
     measured = load(path) if Path(path).is_file() else None
     corr = design.correlations()

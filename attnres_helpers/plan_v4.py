@@ -31,7 +31,7 @@ from scipy.stats import permutation_test
 
 from .configured_analysis import fraction_passed, window_draws
 from .configured_store import NLL_BLOCK, ConfiguredStore, nll_mean
-from .passkey import FAR_FRACTIONS, KINDS, NEAR_FRACTIONS
+from .passkey import FAR_FRACTIONS, KEY_DIGITS, KINDS, NEAR_FRACTIONS
 from .stats import (
     BootstrapResult,
     ConfidenceInterval,
@@ -88,6 +88,39 @@ def per_window(store: ConfiguredStore, configuration: str) -> dict[str, np.ndarr
             out["entropy ≥ L"] = entry.window_entropy[..., L // NLL_BLOCK :].double().mean((-1, -2)).numpy()
         out["reach"] = np.full(entry.windows, REACH[entry.kind])
     return out
+
+
+def trials_by_distance(store: ConfiguredStore, configuration: str, T: int) -> list[dict]:
+    """Every passkey trial of one (configuration, T), pooled over windows by distance and by where the query
+    sits (inside L or past it), with the absent-key control last: ``trials``, ``exact`` (every digit top-1,
+    the plan's outcome), ``digits`` (the share of digits top-1, which moves before exact match does) and
+    ``logprob`` (the key's mean log-probability, teacher-forced). The absent control's ``digits`` is what
+    guessing gives, the floor a retrieval has to clear."""
+    entry = store.entry(configuration, T)
+    kinds, d = entry.passkey["kind"].numpy(), entry.passkey["distance"].numpy()
+    inside = entry.passkey["query_at"].numpy() < store.train_len
+    correct, logprob = entry.passkey["correct"].double().numpy(), entry.passkey["logprob"].double().numpy()
+    groups = [
+        (
+            f"d = {dist}",
+            "inside L" if where else "past L",
+            (kinds == KINDS.index("trial")) & (d == dist) & (inside == where),
+        )
+        for dist in sorted(set(d[kinds == KINDS.index("trial")].tolist()))
+        for where in (True, False)
+    ] + [("absent key", "anywhere", kinds == KINDS.index("absent"))]
+    return [
+        {
+            "distance": name,
+            "query": where,
+            "trials": int(pick.sum()),
+            "exact": float((correct[pick] == KEY_DIGITS).mean()),
+            "digits": float(correct[pick].mean() / KEY_DIGITS),
+            "logprob": float(logprob[pick].mean()),
+        }
+        for name, where, pick in groups
+        if pick.any()
+    ]
 
 
 @dataclass(frozen=True)

@@ -615,7 +615,7 @@ def test_a_malformed_store_is_one_line_naming_the_field(case, tmp_path):
 
 
 def test_a_missing_or_foreign_store_is_one_line(tmp_path):
-    with pytest.raises(FileNotFoundError, match="is missing; make it with `python -m attnres_helpers design-time --store"):
+    with pytest.raises(FileNotFoundError, match="is missing; make it with `python -m attnres_helpers design-time"):
         design_store.load_store(tmp_path / "absent.safetensors")
     (tmp_path / "junk.safetensors").write_bytes(b"not a store")
     with pytest.raises(ValueError, match="corrupt or not a safetensors file"):

@@ -207,3 +207,16 @@ def test_a_v4_store_gives_every_quantity_of_the_plan(tmp_path):
     assert plan_v4.broken(data) == []
     profile_r = store.entry("x", 2 * L).profile().layer_resolutions()
     torch.testing.assert_close(profile_r.float(), store.entry("x", 2 * L).mean_r, atol=1e-5, rtol=1e-4)
+    # every trial pooled over windows by distance and by where the query sits, the absent control last
+    rows = plan_v4.trials_by_distance(store, "as-trained", 2 * L)
+    where = [(r["distance"], r["query"], r["trials"]) for r in rows]
+    far = int(1.1 * L + 0.5)
+    assert where == [
+        (f"d = {L // 16}", "inside L", 2),
+        (f"d = {L // 8}", "past L", 2),
+        (f"d = {far}", "past L", 2),
+        ("absent key", "anywhere", 2),
+    ]
+    near_past = rows[1]
+    assert near_past["exact"] == 0.5 and near_past["digits"] == 0.5  # window 0 all five digits, window 1 none
+    assert rows[2]["exact"] == rows[2]["digits"] == 0.0 and rows[3]["digits"] == 0.0 and rows[0]["logprob"] == 0.0

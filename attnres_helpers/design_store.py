@@ -207,32 +207,15 @@ def _check_tensors(tensors: Mapping[str, torch.Tensor], about: Mapping) -> None:
 
 
 def load_store(path) -> DesignStore:
-    """The design-time store at ``path``; a missing or malformed one is one error naming it and the field."""
-    import json
-    from pathlib import Path
+    """The design-time store at ``path`` (read by :func:`attnres_helpers.store.open_store`, the one reader of
+    every store file); a missing or malformed one is one error naming it and the field."""
+    from .store import open_store
 
-    from safetensors import safe_open
-
-    from .files import regular_file
-
-    path = Path(path)
     try:
-        regular_file(path, "design-time store")
+        _, about, tensors = open_store(path, (HEADER_KEY,), "design-time store")
     except FileNotFoundError:
         raise FileNotFoundError(f"design-time store {path} is missing; make it with `{STORE_COMMAND}`") from None
     try:
-        with safe_open(path, framework="pt") as f:
-            meta = f.metadata() or {}
-            tensors = {name: f.get_tensor(name) for name in f.keys()}
-    except Exception as err:
-        raise ValueError(f"design-time store {path} is corrupt or not a safetensors file ({err})") from None
-    try:
-        if HEADER_KEY not in meta:
-            raise ValueError(f"its header has no {HEADER_KEY!r}: not a design-time store")
-        try:
-            about = json.loads(meta[HEADER_KEY])
-        except ValueError as err:
-            raise ValueError(f"the header is not JSON ({err})") from None
         _check_about(about)
         _check_tensors(tensors, about)
     except ValueError as err:

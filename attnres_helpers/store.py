@@ -421,6 +421,9 @@ STORE_KINDS = {  # a store file's header key: what the file is, and what reads i
     "attnres-copy-control": "the copy probe's scrambled control (written by `python -m attnres_helpers "
     "copy-control`), not a measurement store: notebooks 03 and 05 read it (attnres_helpers.store.load_curves); "
     "no command prints it",
+    "attnres-design-time": "a design-time store (one pass's content correlations on a grid, written by "
+    "`python -m attnres_helpers design-time --store PATH`), not a measurement store: notebook 10 reads it "
+    "(attnres_helpers.design_store.load_store); no command prints it",
 }
 
 

@@ -618,13 +618,17 @@ def test_a_missing_or_foreign_store_is_one_line(tmp_path):
     with pytest.raises(FileNotFoundError, match="is missing; make it with `python -m attnres_helpers design-time"):
         design_store.load_store(tmp_path / "absent.safetensors")
     (tmp_path / "junk.safetensors").write_bytes(b"not a store")
-    with pytest.raises(ValueError, match="corrupt or not a safetensors file"):
+    with pytest.raises(ValueError, match="^design-time store .*junk.safetensors is corrupt or not a store"):
         design_store.load_store(tmp_path / "junk.safetensors")
     from safetensors.torch import save_file
 
+    # another kind of store is refused by the one reader of store files, saying what it is
     save_file({"x": torch.zeros(1)}, tmp_path / "other.safetensors", {"attnres-configurations": "{}"})
-    with pytest.raises(ValueError, match="not a design-time store"):
+    with pytest.raises(ValueError, match=r"other.safetensors is a configurations store \(plans v3 and v4\)"):
         design_store.load_store(tmp_path / "other.safetensors")
+    save_file({"x": torch.zeros(1)}, tmp_path / "none.safetensors", {"something": "{}"})
+    with pytest.raises(ValueError, match="none.safetensors is corrupt or not a store"):
+        design_store.load_store(tmp_path / "none.safetensors")
 
 
 def test_carried_over_scores_are_the_same_numbers():

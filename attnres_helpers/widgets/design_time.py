@@ -25,8 +25,8 @@ import torch
 from .. import design_time as dt
 from ..design_store import load_store
 from ..paths import STORES
-from .render import FONT_PT, BlitFigure, LatestWins, figure_layout, min_max_decimate, new_figure, shared_figure
-from .text import error_html, format_sig
+from .render import FONT_PT, BlitFigure, figure_pane, min_max_decimate, new_figure
+from .text import format_sig
 
 LABEL_STYLE = {"description_width": "initial"}
 TOGGLE_STYLE = {**LABEL_STYLE, "button_width": "auto"}
@@ -301,21 +301,8 @@ def design_time_explorer(design_store: str | Path | None = None, measured_store:
     layer = widgets.IntSlider(value=0, min=0, max=catalogue["layers"] - 1, description="layer", style=LABEL_STYLE)
     layer.add_class("attnres-dt-layer")
     readout = widgets.HTML().add_class("attnres-dt-readout")
-    error = widgets.HTML(layout=widgets.Layout(display="none")).add_class("attnres-error")
-    figure = shared_figure(DesignTimeFigure)
-    plot = widgets.Image(format="png", layout=figure_layout(figure.fig)).add_class("attnres-dt-plot")
+    error, figure, plot, show_error, drawer = figure_pane(DesignTimeFigure, "attnres-dt-plot")
     holding = []
-
-    def show_error(exc: Exception | None) -> None:
-        error.value, error.layout.display = ("", "none") if exc is None else (error_html(exc), None)
-
-    def draw(state: dict) -> None:
-        try:
-            plot.value = figure.render(state)
-        except Exception as exc:  # shown in the widget: a callback's traceback would be lost
-            show_error(exc)
-
-    drawer = LatestWins(draw)
 
     def update(_: dict | None = None, at_once: bool = False) -> None:
         if holding:

@@ -218,6 +218,29 @@ class LatestWins:
         self.draw(request)
 
 
+def figure_pane(kind: type[BlitFigure], plot_class: str):
+    """What an explorer draws with: ``(error, figure, plot, show_error, drawer)``: an error line shown only
+    while something failed, the shared figure of ``kind``, the image it renders into (CSS class
+    ``plot_class``), ``show_error(exc | None)``, and a :class:`LatestWins` that renders a state into the image;
+    a failed render is shown in the error line, since a widget callback's traceback would be lost."""
+    from .text import error_html
+
+    error = widgets.HTML(layout=widgets.Layout(display="none")).add_class("attnres-error")
+    figure = shared_figure(kind)
+    plot = widgets.Image(format="png", layout=figure_layout(figure.fig)).add_class(plot_class)
+
+    def show_error(exc: Exception | None) -> None:
+        error.value, error.layout.display = ("", "none") if exc is None else (error_html(exc), None)
+
+    def draw(state) -> None:
+        try:
+            plot.value = figure.render(state)
+        except Exception as exc:  # shown in the widget: a callback's traceback would be lost
+            show_error(exc)
+
+    return error, figure, plot, show_error, LatestWins(draw)
+
+
 def find_by_class(widget: widgets.Widget, css_class: str) -> widgets.Widget | None:
     """The first widget in the tree under ``widget`` that carries ``css_class`` (None if none does)."""
     if css_class in getattr(widget, "_dom_classes", ()):

@@ -22,8 +22,8 @@ from numpy.typing import ArrayLike
 from ..metric import BOUNDARIES, HEAD_MODES, mean_over_heads
 from ..paths import STORES
 from ..store import load_profiles, perplexities
-from .render import LatestWins, figure_layout, shared_figure
-from .text import error_html, format_sig
+from .render import figure_pane
+from .text import format_sig
 from .trained_figure import TrainedFigure
 
 DEFAULT_STORE = STORES["default"]  # the shipped models of notebooks 03 and 04
@@ -381,21 +381,8 @@ def trained_explorer(store_path: str | Path | None = None) -> widgets.VBox:
     ).add_class("attnres-t-bca")
     bca_note = widgets.HTML().add_class("attnres-t-bca-note")
     readout = widgets.HTML().add_class("attnres-trained-readout")
-    error = widgets.HTML(layout=widgets.Layout(display="none")).add_class("attnres-error")
-    figure = shared_figure(TrainedFigure)
-    plot = widgets.Image(format="png", layout=figure_layout(figure.fig)).add_class("attnres-trained-plot")
+    error, figure, plot, show_error, drawer = figure_pane(TrainedFigure, "attnres-trained-plot")
     holding = []
-
-    def show_error(exc: Exception | None) -> None:
-        error.value, error.layout.display = ("", "none") if exc is None else (error_html(exc), None)
-
-    def draw(state: dict) -> None:
-        try:
-            plot.value = figure.render(state)
-        except Exception as exc:  # shown in the widget: a callback's traceback would be lost
-            show_error(exc)
-
-    drawer = LatestWins(draw)
 
     def update(_: dict | None = None, at_once: bool = False) -> None:
         if holding:

@@ -1,5 +1,6 @@
-"""The house rules of DESIGN.md, checked on the package's source: file sizes, the layering of imports
-(no module imports one above it, so there are no cycles), and R computed from a stored ŝ in one place."""
+"""The house rules of DESIGN.md, checked on the package's source: a cap on file sizes, the layering of imports
+(no module imports one above it), no import circle (the layers allow imports within a layer, so this is its own
+test), no other module's private names, and R computed from a stored ŝ in one place."""
 
 import ast
 from pathlib import Path
@@ -9,8 +10,8 @@ from helpers import ROOT
 
 PACKAGE = ROOT / "attnres_helpers"
 MAX_LINES = 650
-# Low to high: a module may import its own layer's modules (not its own sub-package's siblings' parents)
-# and any lower layer, never a higher one.
+# Low to high: a module may import its own layer's modules and any lower layer's, never a higher one's; within a
+# layer, only __main__ and __init__ may import a sub-package of that layer (hf, experiments).
 LAYERS = [
     {
         "paths",
@@ -26,7 +27,7 @@ LAYERS = [
         "data",
         "notebook",
     },  # the teaching core, the repo's files
-    {"encodings", "store", "configured_store", "design_time", "design_store"},
+    {"encodings", "store", "configured_store", "design_time", "design_store"},  # stores and design time
     {"measure", "stats", "hf"},  # measuring: our models, statistics, transformers' models
     {"checkpoints", "train"},  # loading and training (an HF-built checkpoint needs hf's config)
     {"experiments"},  # what is trained, and the one runner
@@ -48,8 +49,8 @@ LAYERS = [
     },  # queries and pictures over stores
     {"__main__", "__init__", "cli"},  # the command line (cli: its parser, which imports no package module)
 ]
-# Modules that may compute R from scores of their own (design-time curves and illustrative profiles),
-# against those that read stored ŝ and must ask the store (Profile.layer_resolutions).
+# The modules that read stored ŝ and must ask the store for R (Profile.layer_resolutions); others may compute R
+# from scores of their own (design-time curves, illustrative profiles).
 STORE_CONSUMERS = [
     "tables.py",
     "checks.py",
@@ -119,8 +120,9 @@ def test_no_module_imports_one_above_it(path):
 
 @pytest.mark.parametrize("name", STORE_CONSUMERS)
 def test_consumers_of_a_store_ask_it_for_r(name):
-    """tables, analysis, real_model and the trained explorer read stored ŝ: they never call metric's R
-    functions themselves (a mutation that computes R from raw ŝ in one of them turns this red)."""
+    """The store's consumers (tables, checks, the plans' code, real_model, the trained explorer) read stored ŝ:
+    they never call metric's R functions themselves (a mutation that computes R from raw ŝ in one of them turns
+    this red)."""
     tree = ast.parse((PACKAGE / name).read_text())
     calls = {
         node.func.id if isinstance(node.func, ast.Name) else node.func.attr

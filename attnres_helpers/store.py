@@ -20,7 +20,7 @@ with each run's keys (encoding, seed, train_len, model config, ...) and how the 
 R under any boundary, head convention, layer selection or temperature, and perplexity over any
 span of positions, are computed from these arrays by :func:`records`: nothing is re-run.
 
-    python -m attnres_helpers results --json [--boundary zero|drop]   # records from the shipped store
+    attnres results --json [--boundary zero|drop]   # records from the shipped store
 """
 
 from __future__ import annotations
@@ -412,17 +412,16 @@ def load_window_values(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
 
 
 STORE_KINDS = {  # a store file's header key: what the file is, and what reads it (PATH: the file's path)
-    HEADER_KEY: "a measurement store: `python -m attnres_helpers results --store PATH` prints it "
-    "(attnres_helpers.store.load_profiles)",
+    HEADER_KEY: "a measurement store: `attnres results PATH` prints it (attnres_helpers.store.load_profiles)",
     "attnres-configurations": "a configurations store (plans v3 and v4), not a measurement store: "
-    "`python -m attnres_helpers results --store PATH` prints it, and notebook 08 reads it",
-    "attnres-sinks": "a sinks file (notebook 07's moved first token, written by `python -m attnres_helpers sinks`), "
+    "`attnres results PATH` prints it, and notebook 08 reads it",
+    "attnres-sinks": "a sinks file (notebook 07's moved first token, written by `attnres reproduce sinks`), "
     "not a measurement store: notebook 07 reads it (attnres_helpers.hf.sinks.load_sinks); no command prints it",
-    "attnres-copy-control": "the copy probe's scrambled control (written by `python -m attnres_helpers "
+    "attnres-copy-control": "the copy probe's scrambled control (written by `attnres reproduce "
     "copy-control`), not a measurement store: notebooks 03 and 05 read it (attnres_helpers.store.load_curves); "
     "no command prints it",
     "attnres-design-time": "a design-time store (one pass's content correlations on a grid, written by "
-    "`python -m attnres_helpers design-time --store PATH`), not a measurement store: notebook 10 reads it "
+    "`attnres design-time --store PATH`), not a measurement store: notebook 10 reads it "
     "(attnres_helpers.design_store.load_store); no command prints it",
 }
 

@@ -760,7 +760,7 @@ def test_a_store_that_is_not_a_regular_file_is_refused_unopened(cli, fifo, tmp_p
     [
         ("copy_control", "the copy probe's scrambled control", "notebooks 03 and 05 read it"),
         ("sinks", "a sinks file", "notebook 07 reads it"),
-        ("configurations", "a configurations store", "`python -m attnres_helpers results --store"),
+        ("configurations", "a configurations store", "`attnres results "),
     ],
 )
 def test_a_shipped_file_of_another_kind_is_named_with_what_reads_it(cli, name, kind, reader):

@@ -1,4 +1,5 @@
-"""Two ipywidgets explorers: design-time score curves (notebook 02) and trained models' ŝ (notebook 04).
+"""Three ipywidgets explorers: design-time score curves (notebook 02), trained models' ŝ (notebook 04) and a
+real model's design-time R under a configuration (notebook 10, :mod:`.design_time`).
 
 One idea per module: :mod:`.design` (the design-time update logic, pure functions that run
 without a kernel), :mod:`.design_figures` and :mod:`.design_explorer` (its figures and widget),

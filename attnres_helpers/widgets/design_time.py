@@ -1,7 +1,7 @@
 """Design-time R of a real model, live (notebook 10): pick a family of training-free configurations, slide its
 parameter, and see SmolLM2's design-time R pair and ŝ move, with the measured points where plan v4's store
 has them. No model is loaded: the model's part is the shipped design-time store
-(:func:`attnres_helpers.design_time.load_store`), the configuration's part its own form
+(:func:`attnres_helpers.design_store.load_store`), the configuration's part its own form
 (:func:`attnres_helpers.design_time.model_form`).
 
 :func:`design_time_catalogue` loads both stores once; :func:`design_time_state` is what one choice of

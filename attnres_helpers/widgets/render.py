@@ -1,4 +1,4 @@
-"""What both explorers share to draw: Agg figures without pyplot, a fast PNG of the canvas, blitting, one
+"""What the explorers share to draw: Agg figures without pyplot, a fast PNG of the canvas, blitting, one
 shared figure of each kind, min–max decimation of long curves, "latest wins" redraws, and finding a widget
 by its CSS class."""
 

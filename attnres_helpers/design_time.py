@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from .masks import Mask
-from .metric import layer_resolution, resolution
+from .metric import resolution
 
 FIRST_KEYS = 10  # first keys kept one by one (the registry's most sinks: LM-Infinite's 10)
 
@@ -426,18 +426,6 @@ def rope_curve(N: int, head_dim: int = 64, base: float = 10000.0) -> torch.Tenso
 
 
 # --------------------------------------------------------------------------- scored against the measurement
-
-
-def measured_r(entries: Mapping[str, object], sink: bool = True) -> dict[str, torch.Tensor]:
-    """Measured R per layer (layers,) of configurations-store entries (:class:`configured_store.Entry`,
-    plan v4 on), by the store's own query: ``entry.profile().layer_resolutions(sink=sink)``."""
-    return {name: entry.profile().layer_resolutions(sink=sink) for name, entry in entries.items()}
-
-
-def r_of_s_hat(s_hat: torch.Tensor) -> torch.Tensor:
-    """R per layer (mean-scores, boundary zero) of any measured ŝ, (layers, T) head means or (layers, H, T)."""
-    s_hat = torch.as_tensor(s_hat).double()
-    return layer_resolution(s_hat[:, None] if s_hat.ndim == 2 else s_hat)
 
 
 def _rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -257,26 +257,6 @@ def test_score_on_synthetic_input():
         dt.score({"a": design_r["c0"]}, measured_r)
 
 
-def test_measured_r_of_store_entries_asks_the_store():
-    class Entry:
-        def __init__(self, r):
-            self.r = r
-
-        def profile(self):
-            outer = self
-
-            class P:
-                def layer_resolutions(self, sink=True):
-                    return outer.r if sink else outer.r / 2
-
-            return P()
-
-    got = dt.measured_r({"a": Entry(torch.tensor([0.4]))}, sink=False)
-    assert got["a"].item() == pytest.approx(0.2)
-    s = torch.tensor([[3.0, 0.0, -1.0]])
-    assert dt.r_of_s_hat(s).item() == pytest.approx(resolution(s[0]).item())
-
-
 # ------------------------------------------------------------------------------------------ SmolLM2
 
 

@@ -116,8 +116,8 @@ CAUSAL = Mask()
 def expected_scores_masked(q: torch.Tensor, k: torch.Tensor, scale: float, mask: Mask) -> torch.Tensor:
     """Eq. 11 under ``mask``: ``q, k (B, H, T, d) -> ŝ (H, T)`` float64, the mean over the batch and over
     the allowed pairs at each distance (-inf where none is allowed). The base mask's sums come by FFT
-    (:func:`metric.expected_scores_fft`); the sinks' extra pairs are scored one by one (at most
-    ``sinks`` per distance)."""
+    (:func:`metric.expected_scores_fft`); the sinks' extra pairs (at most ``sinks`` per distance) are
+    picked from every query's scores on the first ``sinks`` keys, (H, T, sinks)."""
     from .metric import expected_scores_fft
 
     B, H, T, _ = q.shape
@@ -129,8 +129,8 @@ def expected_scores_masked(q: torch.Tensor, k: torch.Tensor, scale: float, mask:
     sums = torch.where(counts > 0, mean * counts, torch.zeros_like(mean))
     queries, keys = mask.sink_pairs(T)
     if len(queries):
-        scores = scale * (q[:, :, queries].double() * k[:, :, keys].double()).sum(-1).mean(0)  # (H, m)
-        sums = sums.index_add(1, queries - keys, scores)
+        by_sink = scale * (q.double() @ k[:, :, : mask.sinks].double().mT).mean(0)  # (H, T, sinks)
+        sums = sums.index_add(1, queries - keys, by_sink[:, queries, keys])
     total = mask.pair_counts(T)
     out = sums / total.clamp(min=1)
     return torch.where(total > 0, out, torch.full_like(out, float("-inf")))

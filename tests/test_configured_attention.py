@@ -115,26 +115,30 @@ def test_self_extend_distance_is_its_patch_formula_and_within_the_trained_range(
     assert float(far.max()) < 8192 / 2  # the rule (½ to ⅔)·L > W + (2L − W)/G
 
 
-def test_a_query_block_sees_only_the_keys_its_mask_allows():
-    """Blocks of a few queries give the same output and entropy as one block over every key."""
+@pytest.mark.parametrize("width", [8, 5], ids=["flash-kernel", "explicit-scores"])
+@pytest.mark.parametrize("leaf", [128, 2])
+def test_attention_by_parts_is_the_dense_softmax_of_the_merged_scores(width, leaf, monkeypatch):
+    """Every block size, mask and remap: the output and entropy of the dense softmax over the merged,
+    masked scores, by torch's fused kernel (v as wide as q) and by explicit scores (v narrower), with
+    the mixed parts masked whole or halved down to two queries."""
+    monkeypatch.setattr(ca, "LEAF", leaf)
+    ca._parts.cache_clear()
+    from attnres_helpers.masks import CAUSAL, Mask
+
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 2, 50, 8, generator=g, dtype=torch.float64) for _ in range(3))
-    from attnres_helpers.masks import Mask
-
-    for mask in (Mask(), Mask("bca", 8, 2), Mask("window", 7, 3)):
-        far = (q.flip(-2), k.flip(-2), 5)
-        one = ca.blockwise_attention(q, k, v, 0.3, mask, far, block=50)
-        many = ca.blockwise_attention(q, k, v, 0.3, mask, far, block=6)
-        for a, b in zip(one, many):
-            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
-
-
-def test_the_fused_causal_kernel_gives_the_blockwise_output_and_entropy():
-    g = torch.Generator().manual_seed(2)
-    q, k, v = (torch.randn(1, 3, 70, 8, generator=g) for _ in range(3))
-    from attnres_helpers.masks import CAUSAL
-
-    fused = ca.fused_causal_attention(q, k, v, 0.4)
-    blockwise = ca.blockwise_attention(q, k, v, 0.4, CAUSAL, block=16)
-    for a, b in zip(fused, blockwise):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    T = 50
+    q, k = (torch.randn(1, 2, T, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(1, 2, T, width, generator=g, dtype=torch.float64)
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    for mask in (CAUSAL, Mask("bca", 8, 2), Mask("window", 7, 3)):
+        for far in (None, (q.flip(-2), k.flip(-2), 5), (q, k.flip(-2), 11)):
+            s = 0.3 * q @ k.mT
+            if far is not None:
+                s = torch.where(i - j < far[2], s, 0.3 * far[0] @ far[1].mT)
+            p = s.masked_fill(~mask.allowed_pairs(i, j), float("-inf")).softmax(-1)
+            entropy = -torch.where(p > 0, p * p.log(), torch.zeros_like(p)).sum(-1)
+            for block in (50, 16, 6, 1):
+                out, ent = ca.blockwise_attention(q, k, v, 0.3, mask, far, block=block)
+                torch.testing.assert_close(out, p @ v, atol=1e-10, rtol=0)
+                torch.testing.assert_close(ent, entropy, atol=1e-10, rtol=0)
+    ca._parts.cache_clear()

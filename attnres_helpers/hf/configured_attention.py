@@ -34,7 +34,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from ..masks import CAUSAL, Mask, expected_scores_masked
+from ..masks import Mask, expected_scores_masked
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .configurations import Remap
 
 CONFIGURED = "attnres_configured"
-BLOCK = 512  # queries per block: (H, 512, T) float32 scores at a time
+BLOCK = 512  # queries per block: a masked part holds at most (H, 512, 512) scores at a time
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -101,56 +101,96 @@ def _rotations(state: _Attending, x: torch.Tensor, T: int) -> tuple:
 
 
 MASKED = -1e30  # a masked pair's score: exp gives exactly 0 and 0 · MASKED is 0, so no -inf or NaN is ever made
-
-
-def _scores(q: torch.Tensor, k: torch.Tensor, a: int, b: int, lo: int, sinks: int) -> torch.Tensor:
-    """q[a:b] · k over the keys a block of queries can see: the first ``sinks`` keys, then keys lo … b − 1
-    (B, H, b − a, sinks + b − lo)."""
-    run = q[..., a:b, :] @ k[..., lo:b, :].transpose(-1, -2)
-    if not sinks:
-        return run
-    return torch.cat([q[..., a:b, :] @ k[..., :sinks, :].transpose(-1, -2), run], dim=-1)
+LEAF = 128  # a part the mask cuts through is halved by queries down to this many, then masked
 
 
 @dataclass(frozen=True)
-class _Block:
-    """Queries a … b − 1 score the first ``sinks`` keys and keys lo … b − 1; ``masked``: (first, last,
-    excluded) column ranges holding pairs the mask excludes; ``near``: (first column, is-near) of the
-    columns within a remap's window of some query (None without a remap)."""
+class _Part:
+    """Queries a … b − 1 against keys start … stop − 1, scored at the far positions (``far``) or the true
+    ones. ``allowed``: None where every one of these queries sees every one of these keys, "causal" where
+    the keys are the queries' own positions under the causal triangle, else the (b − a, stop − start)
+    bool pairs."""
 
+    far: bool
     a: int
     b: int
-    lo: int
-    sinks: int
-    masked: tuple[tuple[int, int, torch.Tensor], ...]
-    near: tuple[int, int, torch.Tensor, torch.Tensor] | None
+    start: int
+    stop: int
+    allowed: torch.Tensor | str | None
 
 
-@functools.lru_cache(maxsize=16)
-def _blocks(mask: Mask, T: int, block: int, window: int | None) -> tuple[_Block, ...]:
-    """The query blocks of a window of T tokens under ``mask`` (and a remap's ``window``), worked out once
-    per (mask, T) and used by every layer. The mask can exclude pairs only among the sinks, the run's keys
-    before ``first_key`` of the block's last query, and the causal triangle, so only those are tested."""
-    out = []
+def _split(allowed: torch.Tensor, far: bool, a: int, start: int, parts: list[_Part]) -> None:
+    """The parts of the pairs ``allowed`` (queries a …, keys start …): runs of keys every query sees (no
+    mask), runs none sees (left out), and the runs between, halved by queries down to :data:`LEAF`."""
+    rows = allowed.shape[0]
+    if not allowed.shape[1]:
+        return
+    seen = allowed.all(0).int() + allowed.any(0).int()  # per key: 2 all, 1 some, 0 none of the queries
+    edges = [0, *(torch.nonzero(seen[1:] != seen[:-1]).flatten() + 1).tolist(), len(seen)]
+    for first, last in zip(edges[:-1], edges[1:]):
+        some = allowed[:, first:last]
+        if int(seen[first]) == 2:
+            parts.append(_Part(far, a, a + rows, start + first, start + last, None))
+        elif int(seen[first]) == 1 and rows <= LEAF:
+            parts.append(_Part(far, a, a + rows, start + first, start + last, some.clone()))
+        elif int(seen[first]) == 1:
+            half = rows // 2
+            _split(some[:half], far, a, start + first, parts)
+            _split(some[half:], far, a + half, start + first, parts)
+
+
+@functools.lru_cache(maxsize=4)
+def _parts(mask: Mask, T: int, block: int, window: int | None) -> tuple[_Part, ...]:
+    """The parts of a window of T tokens under ``mask`` and a remap's ``window``, worked out once per
+    (mask, T) and used by every layer: for each block of queries and for the true and the far positions
+    each, the block's own square where it is the causal triangle (blocks no longer than the remap's window
+    keep it so), then :func:`_split` of the keys before. A mask that allows exactly the causal pairs: the
+    far pairs of a remap are one causal part, and without a remap so is the whole window."""
+    if window is not None and window >= T:
+        window = None  # every pair is near
+    if window is None and mask.is_causal_at(T):
+        return (_Part(False, 0, T, 0, T, "causal"),)
+    parts: list[_Part] = []
+    far_by_blocks = window is not None
+    if window is not None:
+        block = min(block, window)
+        if mask.is_causal_at(T):  # the far pairs j ≤ i − W: queries W … against keys 0 … under the triangle
+            parts.append(_Part(True, window, T, 0, T - window, "causal"))
+            far_by_blocks = False
     for a in range(0, T, block):
         b = min(a + block, T)
-        lo = mask.first_key(a)
-        sinks = min(mask.sinks, lo)
-        keys = torch.cat([torch.arange(sinks), torch.arange(lo, b)])
-        i = torch.arange(a, b)[:, None]
-        masked = []
-        left = sinks + mask.first_key(b - 1) - lo
-        for first, last in sorted({(0, left), (len(keys) - (b - a), len(keys))}):
-            allowed = mask.allowed_pairs(i, keys[first:last])
-            if not bool(allowed.all()):
-                masked.append((first, last, ~allowed))
-        near = None
-        if window is not None:
-            first_near = max(lo, a - window + 1)  # keys before it are far for every query of the block
-            col = sinks + first_near - lo
-            near = (first_near, col, i - keys[col:] < window, i - keys[:sinks] < window)
-        out.append(_Block(a, b, lo, sinks, tuple(masked), near))
-    return tuple(out)
+        i, j = torch.arange(a, b)[:, None], torch.arange(b)[None, :]
+        allowed = mask.allowed_pairs(i, j)  # (b − a, b)
+        near = allowed if window is None else allowed & (i - j < window)
+        for far, pairs in ((False, near), *(((True, allowed & (i - j >= window)),) if far_by_blocks else ())):
+            end = b
+            if torch.equal(pairs[:, a:], torch.ones(b - a, b - a, dtype=torch.bool).tril()):
+                parts.append(_Part(far, a, b, a, b, "causal"))
+                end = a
+            _split(pairs[:, :end], far, a, 0, parts)
+    return tuple(parts)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float, allowed) -> tuple[torch.Tensor, ...]:
+    """softmax over one part's keys: (out, log Z, Σ_j p_ij k_j) for q (B, H, n, d), k and v (B, H, m, d).
+    On the CPU by torch's fused flash kernel (which holds no score matrix and gives log Z), twice: values
+    v, then values k; elsewhere, or where v's width differs, from the explicit scores."""
+    causal = isinstance(allowed, str)
+    if q.device.type == "cpu" and v.shape[-1] == q.shape[-1]:
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        additive = None
+        if allowed is not None and not causal:
+            additive = torch.zeros(allowed.shape, dtype=q.dtype).masked_fill_(~allowed, MASKED)
+        out, log_z = flash(q, k, v, 0.0, causal, attn_mask=additive, scale=scaling)
+        mean_key, _ = flash(q, k, k, 0.0, causal, attn_mask=additive, scale=scaling)
+        return out, log_z, mean_key
+    s = scaling * q @ k.mT  # (B, H, n, m)
+    if allowed is not None:
+        keep = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril() if causal else allowed.to(s.device)
+        s = s.masked_fill(~keep, MASKED)
+    log_z = s.logsumexp(-1)
+    p = (s - log_z[..., None]).exp()
+    return p @ v, log_z, p @ k
 
 
 def blockwise_attention(
@@ -164,50 +204,28 @@ def blockwise_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(e) · v and each query's entropy: q, k (B, H, T, d), v (B, H, T, d_v) ->
     (out (B, H, T, d_v), entropy (B, H, T)). ``far``: (q_far, k_far, W), scores of pairs at distance
-    ≥ W taken from them. The entropy is log Z − Σ_j p_ij (e_ij − m_i), with m_i the row's largest score
-    and Z = Σ_j exp(e_ij − m_i): one exponential per pair, no log of a probability.
+    ≥ W taken from them.
 
-    Each block scores only the keys its queries can see (:func:`_blocks`). Under a remap the far scores
-    are computed for every key and the true-position ones only for the keys within W of some query."""
+    The parts (:func:`_parts`) are attended one at a time and merged into their queries' rows as flash
+    attention merges its tiles: with log Z the rows' log-normaliser so far and log Z_p the part's,
+    log Z' = logaddexp(log Z, log Z_p), out' = e^{log Z − log Z'} out + e^{log Z_p − log Z'} out_p. The
+    entropy −Σ_j p_ij log p_ij = log Z − Σ_j p_ij e_ij, with Σ_j p_ij e_ij merged the same way from each
+    part's scaling · q_i · Σ_{j∈p} p^p_ij k_j, so no probability's log is ever taken."""
     B, H, T, _ = q.shape
-    out = q.new_empty(B, H, T, v.shape[-1])
-    entropy = q.new_empty(B, H, T)
-    q = q * scaling
-    q_far = None if far is None else far[0] * scaling
-    for blk in _blocks(mask, T, block, None if far is None else far[2]):
-        a, b, lo, sinks = blk.a, blk.b, blk.lo, blk.sinks
-        if far is None:
-            s = _scores(q, k, a, b, lo, sinks)  # (B, H, b − a, K)
-        else:
-            s = _scores(q_far, far[1], a, b, lo, sinks)
-            first_near, col, near_run, near_sinks = blk.near
-            s[..., col:] = torch.where(near_run, _scores(q, k, a, b, first_near, 0), s[..., col:])
-            if sinks and bool(near_sinks.any()):
-                s[..., :sinks] = torch.where(near_sinks, q[..., a:b, :] @ k[..., :sinks, :].mT, s[..., :sinks])
-        for first, last, excluded in blk.masked:
-            s[..., first:last].masked_fill_(excluded, MASKED)
-        s.sub_(s.amax(-1, keepdim=True))  # e − m
-        p = s.exp()
-        z = p.sum(-1)  # (B, H, b − a)
-        entropy[..., a:b] = z.log() - (p[..., None, :] @ s[..., :, None])[..., 0, 0] / z
-        o = p[..., sinks:] @ v[..., lo:b, :]
-        if sinks:
-            o += p[..., :sinks] @ v[..., :sinks, :]
-        out[..., a:b, :] = o / z[..., None]
-    return out, entropy
-
-
-def fused_causal_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`blockwise_attention` under the plain causal mask by torch's fused CPU kernel, which never
-    holds a score matrix and also returns each row's log Z: the output from one call, and Σ_j p_ij e_ij
-    = scaling · q_i · Σ_j p_ij k_j from a second call whose values are the keys, so the entropy is
-    log Z − scaling · q_i · (Σ_j p_ij k_j). (B, H, T, d) each -> (out, entropy (B, H, T))."""
-    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    out, log_z = flash(q, k, v, 0.0, True, scale=scaling)
-    mean_key, _ = flash(q, k, k, 0.0, True, scale=scaling)
-    return out, log_z - scaling * (q * mean_key).sum(-1)
+    out = q.new_zeros(B, H, T, v.shape[-1])
+    log_z = q.new_full((B, H, T), MASKED)
+    mean_score = q.new_zeros(B, H, T)  # Σ_j p_ij e_ij
+    for part in _parts(mask, T, block, None if far is None else far[2]):
+        qp, kp = (far[0], far[1]) if part.far else (q, k)
+        a, b, keys = part.a, part.b, slice(part.start, part.stop)
+        o, log_z_p, mean_key = _attend(qp[..., a:b, :], kp[..., keys, :], v[..., keys, :], scaling, part.allowed)
+        merged = torch.logaddexp(log_z[..., a:b], log_z_p)
+        before, now = (log_z[..., a:b] - merged).exp(), (log_z_p - merged).exp()  # (B, H, b − a)
+        out[..., a:b, :] = before[..., None] * out[..., a:b, :] + now[..., None] * o
+        part_score = scaling * (qp[..., a:b, :] * mean_key).sum(-1)
+        mean_score[..., a:b] = before * mean_score[..., a:b] + now * part_score
+        log_z[..., a:b] = merged
+    return out, log_z - mean_score
 
 
 def _configured_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -226,10 +244,7 @@ def _configured_attention(module, query, key, value, attention_mask, scaling=Non
     far = None
     if state.remap is not None:
         far = (rotate(query.float(), *rotations[2:4]), rotate(k.float(), *rotations[4:6]), state.remap.window)
-    if far is None and state.mask == CAUSAL and query.device.type == "cpu":
-        out, entropy = fused_causal_attention(q_near, k_near, v.float(), scaling)
-    else:
-        out, entropy = blockwise_attention(q_near, k_near, v.float(), scaling, state.mask, far)
+    out, entropy = blockwise_attention(q_near, k_near, v.float(), scaling, state.mask, far)
     if state.consumer is not None:
         state.consumer(
             ConfiguredLayer(

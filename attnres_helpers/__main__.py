@@ -174,6 +174,7 @@ def _configurations(args: argparse.Namespace) -> Path:
         log=args.log,
         progress=not args.quiet,
         build_only=args.build_only,
+        device=args.device,
     )
 
 

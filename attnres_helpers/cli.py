@@ -181,7 +181,8 @@ MEASURE_TAKES = {
     "run": {"lengths", "windows", "boundary", "json", "threads", "quiet"},
     "transformers": {"lengths", "windows", "bca", "train_len", "method", "threads", "store", "work", "bos"}
     | {"per_head_up_to", "json", "quiet"},
-    "configured": {"configuration", "windows", "threads", "store", "work", "log", "build_only", "json", "quiet"},
+    "configured": {"configuration", "windows", "threads", "device", "store", "work", "log", "build_only"}
+    | {"json", "quiet"},
 }
 KIND_WORDS = {
     "checkpoints": "the shipped checkpoints",
@@ -198,6 +199,7 @@ MEASURE_FLAGS = [  # in the order --help lists them
     "json",
     "quiet",
     "threads",
+    "device",
     "boundary",
     "bca",
     "train_len",
@@ -242,7 +244,7 @@ STUDIES = {  # study: (what it makes, the flags it takes)
     "pretrained": ("the real models' stores of notebook 07 (hours)", {"names", "threads"}),
     "configurations": (
         "plan v4: SmolLM2 under the configurations at L and 2L (hours)",
-        {"configuration", "windows", "threads", "work", "log", "quiet", "build_only"},
+        {"configuration", "windows", "threads", "device", "work", "log", "quiet", "build_only"},
     ),
     "sinks": ("notebook 07's moved first token (minutes)", {"length", "at", "windows", "threads"}),
     "copy-control": ("the copy probe's scrambled control on notebook 03's checkpoints", {"threads"}),

@@ -123,14 +123,14 @@ def expected_scores_masked(q: torch.Tensor, k: torch.Tensor, scale: float, mask:
     B, H, T, _ = q.shape
     base = Mask(mask.kind, mask.size)
     mean = expected_scores_fft(q, k, scale, block=mask.size if mask.kind == "bca" else None)  # (H, T)
-    counts = base.pair_counts(T)
+    counts = base.pair_counts(T).to(q.device)
     if mask.kind == "window":
-        mean = torch.where(torch.arange(T) < mask.size, mean, torch.full_like(mean, float("-inf")))
+        mean = torch.where(torch.arange(T, device=q.device) < mask.size, mean, torch.full_like(mean, float("-inf")))
     sums = torch.where(counts > 0, mean * counts, torch.zeros_like(mean))
-    queries, keys = mask.sink_pairs(T)
+    queries, keys = (t.to(q.device) for t in mask.sink_pairs(T))
     if len(queries):
         by_sink = scale * (q.double() @ k[:, :, : mask.sinks].double().mT).mean(0)  # (H, T, sinks)
         sums = sums.index_add(1, queries - keys, by_sink[:, queries, keys])
-    total = mask.pair_counts(T)
+    total = mask.pair_counts(T).to(q.device)
     out = sums / total.clamp(min=1)
     return torch.where(total > 0, out, torch.full_like(out, float("-inf")))

@@ -205,6 +205,19 @@ def test_measure_a_folder_under_a_configuration_prints_records_and_keeps_only_it
     assert json.loads(cli("results", str(tmp_path / "s.safetensors"), "--json").stdout) == records
 
 
+def test_measure_under_a_configuration_on_a_gpu_torch_does_not_see_is_one_line(cli, tmp_path, llama_folder):
+    """--device cuda where torch sees no GPU: refused in one line before the model is read, nothing written."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a GPU here: the refusal is for machines without one")
+    work = tmp_path / "work"
+    out = cli("measure", str(llama_folder), "--configuration", "yarn-2", "--device", "cuda", "--work", str(work))
+    assert out.returncode == 1 and out.stderr.splitlines() == [
+        "error: --device cuda: torch sees no such device here (torch.cuda.is_available() is False)"
+    ]
+    assert not work.exists()
+
+
 def test_results_runs_as_a_process_and_a_user_error_is_one_line(tmp_path, cli):
     # a small shipped store: what is tested is the process
     shipped = run("results", "data/results/hf.safetensors")

@@ -263,7 +263,9 @@ def applied(model: PreTrainedModel, configuration: Configuration, train_len: int
     try:
         if rope is not None:
             model.config.rope_parameters = rope
-        rotary = type(before_module)(config=model.config) if rope is not None else before_module
+        rotary = before_module
+        if rope is not None:  # on the model's device
+            rotary = type(before_module)(config=model.config).to(before_module.inv_freq.device)
         base.rotary_emb = _Unrotated(head_dim)
         with configured_attention.attending(
             model, rotary, configuration.remap_for(train_len), configuration.mask_for(train_len)

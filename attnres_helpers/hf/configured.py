@@ -83,7 +83,7 @@ def measure_window(
     """One forward pass of ``layout.tokens`` under ``configuration`` (the capture, pass and NLL of every
     `transformers` measurement, :func:`.pretrained.window_pass`): s_hat and key0 (layers, 1, T)
     float32 (head means), entropy (layers, T) float32 (head mean), nll (T,) float32, the passkey scores
-    (n,) and ``inserted`` (T,)."""
+    (n,) and ``inserted`` (T,), on the CPU wherever the model is."""
     s_hats, key0s, entropies = [], [], []
 
     def consume(layer: configured_attention.ConfiguredLayer) -> None:
@@ -91,15 +91,17 @@ def measure_window(
         key0s.append(configured_attention.configured_key0(layer).mean(0, keepdim=True).float())
         entropies.append(layer.entropy.mean((0, 1)).float())
 
+    device = model.get_output_embeddings().weight.device
     with applied(model, configuration, train_len):
-        hidden, nll = window_pass(model, layout.tokens, consume, configured_attention.capturing)
+        hidden, nll = window_pass(model, layout.tokens.to(device), consume, configured_attention.capturing)
     hidden, nll = hidden[0], nll.float()
     head = model.get_output_embeddings()
-    scores = passkey.score(lambda pos: torch.log_softmax(head(hidden[pos]).float(), -1), layout.tokens, layout.trials)
+    log_probs = lambda pos: torch.log_softmax(head(hidden[pos.to(device)]).float(), -1).cpu()  # noqa: E731
+    scores = passkey.score(log_probs, layout.tokens, layout.trials)
     return {
-        "s_hat": torch.stack(s_hats),
-        "key0": torch.stack(key0s),
-        "entropy": torch.stack(entropies),
+        "s_hat": torch.stack(s_hats).cpu(),
+        "key0": torch.stack(key0s).cpu(),
+        "entropy": torch.stack(entropies).cpu(),
         "nll": nll,
         "inserted": layout.inserted,
         "passkey_logprob": scores.logprob.float(),
@@ -225,13 +227,15 @@ def measure_and_build(
     log: str | Path | None = None,
     progress: bool = True,
     build_only: bool = False,
+    device: str = "cpu",
 ) -> Path:
     """The ``configurations`` command: ``model`` (a registry name, verified, or a `transformers` folder)
     under ``configurations`` (default: all), measured into ``work`` (default
     ``runs/configurations-v4/<model>``) unless ``build_only``, then the store built from every finished
     window (default SmolLM2's shipped v4 store, else ``<work>/store.safetensors``). The store's kind and
-    every configuration against the model's config are checked before any weight is read. Under torchrun
-    each rank measures its share of the jobs and rank 0 alone builds the store, after a barrier."""
+    every configuration against the model's config are checked before any weight is read. ``device``: cpu,
+    or cuda[:N] where torch sees a GPU (checked first). Under torchrun each rank measures its share of the
+    jobs and rank 0 alone builds the store, after a barrier."""
     from ..configured_store import build, is_configured_store
     from ..files import exclusive, folder_fingerprint, sums_fingerprint
     from ..paths import CONFIGURATIONS_RUNS, CONFIGURATIONS_V4_STORE
@@ -242,6 +246,8 @@ def measure_and_build(
     from .models import SMOLLM2
     from .pretrained import load_tokenizer
 
+    if device != "cpu" and not (device.startswith("cuda") and torch.cuda.is_available()):
+        raise ValueError(f"--device {device}: torch sees no such device here (torch.cuda.is_available() is False)")
     chosen = list(configurations or CONFIGURATIONS)
     unknown = [c for c in chosen if c not in CONFIGURATIONS]
     if unknown:
@@ -269,7 +275,7 @@ def measure_and_build(
                 loaded, model_id = fetch.load(entry), f"{entry.title}@{sums_fingerprint(folder)}"
             else:
                 loaded, model_id = load_pretrained(folder), f"{folder.name}@{folder_fingerprint(folder)}"
-            tokenizer = load_tokenizer(folder)
+            loaded, tokenizer = loaded.to(device), load_tokenizer(folder)
             measure_configurations(
                 loaded, tokenizer, work, model_id, train_len, chosen, n_windows, out, progress, (rank, world)
             )

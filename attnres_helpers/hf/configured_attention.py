@@ -308,7 +308,7 @@ def configured_s_hat(layer: ConfiguredLayer) -> torch.Tensor:
     if layer.q_far is None:
         return near
     far = expected_scores_masked(layer.q_far, layer.k_far, layer.scaling, layer.mask)
-    return torch.where(torch.arange(near.shape[-1]) < layer.window, near, far)
+    return torch.where(torch.arange(near.shape[-1], device=near.device) < layer.window, near, far)
 
 
 def configured_key0(layer: ConfiguredLayer) -> torch.Tensor:
@@ -316,7 +316,7 @@ def configured_key0(layer: ConfiguredLayer) -> torch.Tensor:
     score = lambda q, k: layer.scaling * (q.double() @ k[..., :1, :].double().transpose(-1, -2))[..., 0]  # noqa: E731
     s = score(layer.q, layer.k)  # (B, H, T)
     T = s.shape[-1]
-    i = torch.arange(T)
+    i = torch.arange(T, device=s.device)
     if layer.q_far is not None:
         s = torch.where(i < layer.window, s, score(layer.q_far, layer.k_far))
     s = s.masked_fill(~layer.mask.allowed_pairs(i, torch.zeros_like(i)), float("-inf"))

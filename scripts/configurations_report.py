@@ -21,7 +21,6 @@ from pathlib import Path
 
 from attnres_helpers import plan_v4
 from attnres_helpers.configured_store import load
-from attnres_helpers.hf.configurations import CONFIGURATIONS
 from attnres_helpers.passkey import FAR_FRACTIONS
 from attnres_helpers.paths import CONFIGURATIONS_RUNS, CONFIGURATIONS_V4_STORE
 
@@ -78,7 +77,7 @@ def main(argv=None) -> None:
         t = times.get((name, 2 * L), [])
         seconds = "–" if not t else f"{min(t)}–{max(t)}" if len(t) > 1 else str(t[0])
         print(
-            f"| {name} | {CONFIGURATIONS[name].kind} | {shown(s['R(L)'])} | {shown(s['R(2L)'])} / "
+            f"| {name} | {store.entry(name, 2 * L).kind} | {shown(s['R(L)'])} | {shown(s['R(2L)'])} / "
             f"{shown(s['R(2L) sink-free'])} | {shown(s['NLL rise'])} | {shown(s['entropy ≥ L'])} | "
             f"{shown(s['near inside L'], 2)} / {shown(s['near past L'], 2)} | {shown(s['far'], 2)} ({digits:.2f}) | "
             f"{shown(s['ceiling past L'], 2)} | {seconds} |"
@@ -89,7 +88,7 @@ def main(argv=None) -> None:
         f"{'the retrieval outcomes count' if valid else 'retrieval outcomes descriptive only'}; "
         f"broken: {', '.join(plan_v4.broken(data)) or 'none'}"
     )
-    for row in plan_v4.verdicts(data, n_resamples=args.n_resamples):
+    for row in plan_v4.verdicts(data, n_resamples=args.n_resamples) if len(data.names) >= 3 else []:
         w = row["within"]
         low, high = w.confidence_interval
         within = f"within kinds {w.statistic:+.2f} [{low:+.2f}, {high:+.2f}], p {w.pvalue:.3f}"

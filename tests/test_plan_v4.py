@@ -184,7 +184,9 @@ def v4_window(folder, name, kind, T, w, scale, near_pass, far_pass):
     save_safetensors(path, tensors, {"settings": json.dumps(settings), "trials": json.dumps(trials)})
 
 
-def test_a_v4_store_gives_every_quantity_of_the_plan(tmp_path):
+@pytest.fixture
+def toy_store(tmp_path):
+    """Two windows of the model as trained and of one remapped configuration "x", at L and 2L."""
     known = {
         "as-trained": {"label": "as trained", "kind": "as-trained", "same_as_trained_up_to_L": True},
         "x": {"label": "x", "kind": "remapped", "same_as_trained_up_to_L": False},
@@ -194,7 +196,11 @@ def test_a_v4_store_gives_every_quantity_of_the_plan(tmp_path):
         v4_window(tmp_path / "w", "as-trained", "as-trained", 2 * L, w, 0.02, w == 0, False)
         v4_window(tmp_path / "w", "x", "remapped", L, w, 0.01, True, False)
         v4_window(tmp_path / "w", "x", "remapped", 2 * L, w, 0.005, True, True)
-    store = cs.load(cs.build(tmp_path / "w", tmp_path / "s.safetensors", known))
+    return cs.build(tmp_path / "w", tmp_path / "s.safetensors", known)
+
+
+def test_a_v4_store_gives_every_quantity_of_the_plan(toy_store):
+    store = cs.load(toy_store)
     data = plan_v4.collect(store)
     assert data.names == ("as-trained", "x") and data.kinds == ("as-trained", "remapped")
     s = plan_v4.summary(data, n_resamples=50)
@@ -220,3 +226,29 @@ def test_a_v4_store_gives_every_quantity_of_the_plan(tmp_path):
     near_past = rows[1]
     assert near_past["exact"] == 0.5 and near_past["digits"] == 0.5  # window 0 all five digits, window 1 none
     assert rows[2]["exact"] == rows[2]["digits"] == 0.0 and rows[3]["digits"] == 0.0 and rows[0]["logprob"] == 0.0
+
+
+def test_the_closing_report_gives_a_row_per_configuration_and_each_jobs_seconds_from_the_log(toy_store, capsys):
+    """scripts/configurations_report.py: job times are the gaps between a process's log lines (the first
+    job after a start, which loads the model, left out; a restart counts afresh)."""
+    import importlib.util
+
+    from helpers import ROOT
+
+    path = ROOT / "scripts" / "configurations_report.py"
+    spec = importlib.util.spec_from_file_location("configurations_report", path)
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    log = toy_store.parent / "run.log"
+    log.write_text(
+        f"as-trained T={2 * L} window 0: 100 s elapsed\n"
+        f"x T={2 * L} window 0: 130 s elapsed\n"
+        "a line of something else\n"
+        f"as-trained T={2 * L} window 1: 50 s elapsed\n"  # a restart
+        f"x T={2 * L} window 1: 90 s elapsed\n"
+    )
+    assert report.job_seconds(log) == {("x", 2 * L): [30, 40]}
+    report.main(["--store", str(toy_store), "--log", str(log), "--n-resamples", "50"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.split(" | ")[0] for r in rows[1:]] == ["| as-trained", "| x"]
+    assert rows[1].endswith("| – |") and rows[2].endswith("| 30–40 |")

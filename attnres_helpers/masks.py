@@ -114,8 +114,9 @@ CAUSAL = Mask()
 
 
 def expected_scores_masked(q: torch.Tensor, k: torch.Tensor, scale: float, mask: Mask) -> torch.Tensor:
-    """Eq. 11 under ``mask``: ``q, k (B, H, T, d) -> ŝ (H, T)`` float64, the mean over the batch and over
-    the allowed pairs at each distance (-inf where none is allowed). The base mask's sums come by FFT
+    """Eq. 11 under ``mask``: ``q (B, H, T, d)``, ``k (B, H_k, T, d)`` (H_k dividing H) ``-> ŝ (H, T)``
+    float64, the mean over the batch and over the allowed pairs at each distance (-inf where none is
+    allowed). The base mask's sums come by FFT
     (:func:`metric.expected_scores_fft`); the sinks' extra pairs (at most ``sinks`` per distance) are
     picked from every query's scores on the first ``sinks`` keys, (H, T, sinks)."""
     from .metric import expected_scores_fft
@@ -129,7 +130,8 @@ def expected_scores_masked(q: torch.Tensor, k: torch.Tensor, scale: float, mask:
     sums = torch.where(counts > 0, mean * counts, torch.zeros_like(mean))
     queries, keys = (t.to(q.device) for t in mask.sink_pairs(T))
     if len(queries):
-        by_sink = scale * (q.double() @ k[:, :, : mask.sinks].double().mT).mean(0)  # (H, T, sinks)
+        grouped = q.double().unflatten(1, (k.shape[1], -1))  # (B, H_k, g, T, d): k's heads may divide q's
+        by_sink = scale * (grouped @ k[:, :, None, : mask.sinks].double().mT).flatten(1, 2).mean(0)  # (H, T, sinks)
         sums = sums.index_add(1, queries - keys, by_sink[:, queries, keys])
     total = mask.pair_counts(T).to(q.device)
     out = sums / total.clamp(min=1)

@@ -225,20 +225,25 @@ def _check_block(T: int, block) -> None:
 
 
 def _correlation(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Σ_i q_i · k_{i−n} for n = 0..T−1 along axis -2 of (..., T, d), in float64 by FFT: (..., T)."""
+    """Σ_i q_i · k_{i−n} for n = 0..T−1 along axis -2, in float64 by FFT: q (B, H, ..., T, d) and
+    k (B, H_k, ..., T, d) -> (B, H, ..., T). H_k may divide H (grouped-query attention: query head h
+    reads key head h // (H / H_k)), so a key head shared by several query heads is transformed once."""
     T = q.shape[-2]
     n_fft = 1 << (2 * T - 1).bit_length()  # a power of two >= 2T - 1: nothing wraps
     # time last and contiguous: pocketfft is 2-3x faster along the last axis than along a strided one
-    Q = torch.fft.rfft(q.transpose(-1, -2).double(), n=n_fft, dim=-1)  # (..., d, F)
-    K = torch.fft.rfft(k.transpose(-1, -2).double(), n=n_fft, dim=-1)
-    return torch.fft.irfft((Q * K.conj()).sum(-2), n=n_fft, dim=-1)[..., :T]
+    Q = torch.fft.rfft(q.transpose(-1, -2).double(), n=n_fft, dim=-1)  # (B, H, ..., d, F)
+    K = torch.fft.rfft(k.transpose(-1, -2).double(), n=n_fft, dim=-1)  # (B, H_k, ..., d, F)
+    Q = Q.unflatten(1, (K.shape[1], -1))  # (B, H_k, g, ..., d, F)
+    summed = (Q * K.unsqueeze(2).conj()).sum(-2).flatten(1, 2)  # (B, H, ..., F)
+    return torch.fft.irfft(summed, n=n_fft, dim=-1)[..., :T]
 
 
 def expected_scores_fft(
     q: torch.Tensor, k: torch.Tensor, scale: float | None = None, block: int | None = None
 ) -> torch.Tensor:
-    """Eq. 11 from queries and keys instead of the score matrix: ``q, k (B, H, T, d) -> ŝ (H, T)``,
-    averaged over the batch, with
+    """Eq. 11 from queries and keys instead of the score matrix: ``q (B, H, T, d)``, ``k (B, H_k, T, d)``
+    (H_k = H, or a divisor of H under grouped-query attention) ``-> ŝ (H, T)``, averaged over the batch,
+    with
 
         ŝ[n] = scale · 1/c[n] · Σ_{(i, i−n) unmasked} q_i · k_{i−n}     (scale = 1/√d by default),
 
@@ -256,8 +261,11 @@ def expected_scores_fft(
             raise ValueError(f"{name} must be a float tensor (B, H, T, d), got {getattr(t, 'shape', type(t))}")
         if not torch.isfinite(t).all():
             raise ValueError(f"{name} contains NaN or inf")
-    if q.shape != k.shape:
-        raise ValueError(f"q and k must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}")
+    if q.shape[::2] != k.shape[::2] or q.shape[-1] != k.shape[-1] or q.shape[1] % k.shape[1]:
+        raise ValueError(
+            "q and k must have the same shape but for k's heads, which must divide q's, "
+            f"got {tuple(q.shape)} and {tuple(k.shape)}"
+        )
     B, H, T, d = q.shape
     if T < 2 or B < 1 or d < 1:
         raise ValueError(f"need B >= 1, T >= 2 and d >= 1, got shape {tuple(q.shape)}")
@@ -268,7 +276,7 @@ def expected_scores_fft(
         M = -(-T // block)  # blocks, the last one zero-padded (zeros add nothing to a sum)
         pad = M * block - T
         qb = F.pad(q, (0, 0, 0, pad)).reshape(B, H, M, block, d)  # (B, H, M, b, d)
-        kb = F.pad(k, (0, 0, 0, pad)).reshape(B, H, M, block, d)
+        kb = F.pad(k, (0, 0, 0, pad)).reshape(B, k.shape[1], M, block, d)
         cross = _correlation(qb[:, :, 1:], kb[:, :, :-1]).sum((0, 2))  # (H, b): query block m, key block m−1
         far = torch.zeros_like(sums)
         far[:, block : 2 * block] = cross[:, : max(0, min(block, T - block))]

@@ -29,6 +29,18 @@ def test_s_hat_under_a_mask_equals_the_masked_scores_diagonal_means(mask):
     assert torch.allclose(fast[finite], explicit[finite], atol=1e-5)  # the explicit scores are float32
 
 
+@pytest.mark.parametrize("mask", MASKS, ids=str)
+def test_grouped_query_keys_give_the_s_hat_of_their_repeated_heads(mask):
+    """Six query heads reading three key heads (two each): k's heads once, or repeated as the attention
+    repeats them, the same ŝ (float64 inputs, so only the summation order differs)."""
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(2, 6, 40, 8, generator=g, dtype=torch.float64), torch.randn(2, 3, 40, 8, generator=g)
+    shared = expected_scores_masked(q, k.double(), 0.3, mask)
+    repeated = expected_scores_masked(q, k.double().repeat_interleave(2, dim=1), 0.3, mask)
+    assert torch.equal(torch.isfinite(shared), torch.isfinite(repeated))
+    torch.testing.assert_close(shared, repeated, atol=1e-12, rtol=0)
+
+
 def test_which_masks_are_causal_inside_their_reach():
     assert Mask("bca", 8, 4).is_causal_at(16) and not Mask("bca", 8).is_causal_at(17)
     assert Mask("window", 16, 4).is_causal_at(16) and not Mask("window", 16).is_causal_at(17)

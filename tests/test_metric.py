@@ -525,6 +525,7 @@ def test_a_shift_is_found_at_its_distance():
     [
         (torch.zeros(1, 1, 4), torch.zeros(1, 1, 4), r"\(B, H, T, d\)"),
         (torch.zeros(1, 1, 4, 2), torch.zeros(1, 1, 5, 2), "same shape"),
+        (torch.zeros(1, 3, 4, 2), torch.zeros(1, 2, 4, 2), "must divide"),
         (torch.full((1, 1, 4, 2), float("nan")), torch.zeros(1, 1, 4, 2), "NaN or inf"),
         (torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2), "T >= 2"),
         (torch.zeros(1, 1, 4, 2, dtype=torch.long), torch.zeros(1, 1, 4, 2, dtype=torch.long), "float tensor"),

@@ -55,7 +55,8 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 class ConfiguredLayer:
     """One layer under a configuration: q, k (B, H, T, d) rotated at the true positions; q_far, k_far at
     the far positions (None without a remap) used for pairs at distance ≥ ``window``; the mask; the
-    scaling; and ``entropy`` (B, H, T), each query's attention entropy in nats."""
+    scaling; ``entropy`` (B, H, T), each query's attention entropy in nats; and ``groups``, the query
+    heads that share a key head (k's heads are repeated that many times, each head's copies together)."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -65,6 +66,7 @@ class ConfiguredLayer:
     q_far: torch.Tensor | None = None
     k_far: torch.Tensor | None = None
     window: int | None = None
+    groups: int = 1
 
     def scores(self) -> torch.Tensor:
         """(B, H, T, T) merged pre-softmax scores, masked pairs at -inf (for checks at small T)."""
@@ -254,6 +256,7 @@ def _configured_attention(module, query, key, value, attention_mask, scaling=Non
                 state.mask,
                 entropy.detach(),
                 *(() if far is None else (far[0].detach(), far[1].detach(), far[2])),
+                groups=groups,
             )
         )
     return out.to(query.dtype).transpose(1, 2).contiguous(), None
@@ -303,11 +306,12 @@ def capturing(consume: Callable[[ConfiguredLayer], None]) -> Iterator[None]:
 def configured_s_hat(layer: ConfiguredLayer) -> torch.Tensor:
     """ŝ (H, T) float64 of the merged scores under the layer's mask (Eq. 11, the batch averaged): the
     true-position ŝ at distances < W, the far-position ŝ from W on, each by FFT with the sink pairs
-    scored one by one (:func:`masks.expected_scores_masked`)."""
-    near = expected_scores_masked(layer.q, layer.k, layer.scaling, layer.mask)
+    added (:func:`masks.expected_scores_masked`); each key head is transformed once, not once per query
+    head that shares it."""
+    near = expected_scores_masked(layer.q, layer.k[:, :: layer.groups], layer.scaling, layer.mask)
     if layer.q_far is None:
         return near
-    far = expected_scores_masked(layer.q_far, layer.k_far, layer.scaling, layer.mask)
+    far = expected_scores_masked(layer.q_far, layer.k_far[:, :: layer.groups], layer.scaling, layer.mask)
     return torch.where(torch.arange(near.shape[-1], device=near.device) < layer.window, near, far)
 
 

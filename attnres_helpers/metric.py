@@ -206,16 +206,17 @@ def diagonal_counts(T: int, block: int | None = None, device: torch.device | str
     if block is None:
         return T - n
     _check_block(T, block)
-    return _bca_counts(T, block).to(device).clone()  # a (T, T) comparison: computed once per (T, block)
+    return _bca_counts(T, block).to(device).clone()
 
 
 @functools.lru_cache(maxsize=16)
 def _bca_counts(T: int, block: int) -> torch.Tensor:
+    """For block <= n < 2·block, each query block m >= 1 (of length len_m, the last one maybe short)
+    has max(0, len_m − (n − block)) queries whose offset reaches n − block back: (T,) float64."""
     n = torch.arange(T, dtype=torch.float64)
-    offsets = torch.arange(T) % block  # (T,): each query's offset in its block
-    past_first = torch.arange(T) >= block  # only queries after the first block reach back
+    lengths = torch.tensor([min(block, T - start) for start in range(block, T, block)], dtype=torch.float64)
     lag = (n - block).clamp(min=0)  # (T,)
-    partial = ((offsets[None, :] >= lag[:, None]) & past_first[None, :]).sum(-1).double()  # (T,) for n >= block
+    partial = (lengths[None, :] - lag[:, None]).clamp(min=0).sum(-1)  # (T,) for n >= block; (T, M − 1) at most
     return torch.where(n < block, T - n, torch.where(n < 2 * block, partial, torch.zeros_like(n)))
 
 

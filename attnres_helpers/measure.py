@@ -42,6 +42,14 @@ def attention_scores(model: torch.nn.Module, tokens: torch.Tensor, bca: bool = F
 WINDOW_MEANS = ("s_hat", "key0", "nll")  # what every measurement of ŝ averages over its windows
 
 
+def to_do(count: int, kept: Sums | WindowFiles, share: tuple[int, int] = (0, 1)) -> list[int]:
+    """The windows of ``count`` that this process measures: those of its ``share`` (rank, world), every
+    world-th from rank on, that are not yet done. Each rank owns the same windows whenever it looks, so a
+    rank that starts after another has finished some still measures its own (dealing out only the windows
+    not yet done would depend on who looked first)."""
+    return [i for i in range(count)[share[0] :: share[1]] if not kept.done(i)]
+
+
 def window_loop(
     windows: Sequence,
     measure: Callable[[Sequence], dict[str, torch.Tensor]],
@@ -57,9 +65,9 @@ def window_loop(
     write ``kept`` (its work file, atomically) after each, so that a stopped run resumes where it stopped.
     ``kept`` is :class:`Sums` (sums and a count, and values kept per window) or :class:`WindowFiles` (one
     file per window). Which windows are to do is settled before the first is measured (a file written under
-    other settings is refused then); ``share`` (rank, world): every world-th of them from rank on.
+    other settings is refused then); ``share`` (rank, world): :func:`to_do`.
     ``bar`` (tqdm) advances and ``after(windows done)`` runs after each batch."""
-    todo = [i for i in range(len(windows)) if not kept.done(i)][share[0] :: share[1]]
+    todo = to_do(len(windows), kept, share)
     start = 0
     while start < len(todo):
         stop = start + 1

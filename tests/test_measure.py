@@ -59,6 +59,12 @@ def test_window_files_are_written_after_each_window_and_a_rerun_measures_only_th
     assert measured == [1, 3] and [p.exists() for p in paths] == [False, True, False, True, False]
     window_loop(list(range(5)), measure, WindowFiles(paths, settings, [{}] * 5, read))
     assert measured == [1, 3, 0, 2, 4]
+    # ranks own their windows: a rank that starts after another has finished still measures its own
+    later = [tmp_path / f"r{i}.safetensors" for i in range(5)]
+    measured.clear()
+    window_loop(list(range(5)), measure, WindowFiles(later, settings, [{}] * 5, read), share=(0, 2))
+    window_loop(list(range(5)), measure, WindowFiles(later, settings, [{}] * 5, read), share=(1, 2))
+    assert measured == [0, 2, 4, 1, 3] and all(p.exists() for p in later)
     changed = [{**s, "added_later": True} for s in settings]
     with pytest.raises(ValueError, match=r"w0.safetensors was written with other settings \(added_later\)"):
         window_loop(list(range(5)), measure, WindowFiles(paths, changed, [{}] * 5, read))

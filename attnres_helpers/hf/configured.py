@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from .. import passkey
 from ..configured_store import PER_WINDOW_SETTINGS, read_window_file
 from ..data import eval_windows, load_corpus
-from ..measure import WindowFiles, window_loop
+from ..measure import WindowFiles, to_do, window_loop
 from . import configured_attention
 from .configurations import CONFIGURATIONS, Configuration, applied, check_applies
 from .pretrained import window_pass
@@ -177,7 +177,7 @@ def measure_configurations(
     """Measure every job of :func:`plan_jobs` not yet in ``folder``; returns how many were measured.
     Every configuration is checked against the model, every setting against the files, and every
     window laid out, before the first forward pass. ``share`` (rank, world): this process measures
-    every world-th job still to do from its rank on (torchrun's ranks; each job is its own file)."""
+    the jobs of its rank not yet done (:func:`measure.to_do`; torchrun's ranks; each job is its own file)."""
     jobs = plan_jobs(train_len, configurations, n_windows)
     for name in {name for name, _, _ in jobs}:
         check_applies(model, CONFIGURATIONS[name])
@@ -201,7 +201,7 @@ def measure_configurations(
         lambda path: read_window_file(path)[0],
         _refuse,
     )
-    todo = [i for i in range(len(jobs)) if not kept.done(i)][share[0] :: share[1]]
+    todo = to_do(len(jobs), kept, share)
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="configurations", disable=not progress)
 
     def measure(batch: list) -> dict[str, torch.Tensor]:

@@ -168,6 +168,9 @@ def crawl(browser, served, site):
             page.goto(served + name, wait_until="load")
             found[name] = page.evaluate(PAGE_JS)
             times[name] = time.perf_counter() - start
+            # what the page still loads after typesetting (MathJax's fonts) finishes here and counts for it:
+            # leaving earlier aborts those requests, and the abort would be charged to the next page
+            page.wait_for_load_state("networkidle")
             found[name]["failed"], found[name]["errors"] = list(failed), list(errors)
         print(
             f"\nbook: {len(found)} pages, load and typeset "

@@ -116,9 +116,9 @@ CAUSAL = Mask()
 def expected_scores_masked(q: torch.Tensor, k: torch.Tensor, scale: float, mask: Mask) -> torch.Tensor:
     """Eq. 11 under ``mask``: ``q (B, H, T, d)``, ``k (B, H_k, T, d)`` (H_k dividing H) ``-> ŝ (H, T)``
     float64, the mean over the batch and over the allowed pairs at each distance (-inf where none is
-    allowed). The base mask's sums come by FFT
-    (:func:`metric.expected_scores_fft`); the sinks' extra pairs (at most ``sinks`` per distance) are
-    picked from every query's scores on the first ``sinks`` keys, (H, T, sinks)."""
+    allowed). The base mask's sums come by FFT (:func:`metric.expected_scores_fft`); the sinks' extra
+    pairs (at most ``sinks`` per distance) are picked from every query's scores on the first ``sinks``
+    keys, (H, T, sinks)."""
     from .metric import expected_scores_fft
 
     B, H, T, _ = q.shape

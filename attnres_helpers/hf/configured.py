@@ -91,11 +91,11 @@ def measure_window(
         key0s.append(configured_attention.configured_key0(layer).mean(0, keepdim=True).float())
         entropies.append(layer.entropy.mean((0, 1)).float())
 
-    device = model.get_output_embeddings().weight.device
+    head = model.get_output_embeddings()
+    device = head.weight.device
     with applied(model, configuration, train_len):
         hidden, nll = window_pass(model, layout.tokens.to(device), consume, configured_attention.capturing)
     hidden, nll = hidden[0], nll.float()
-    head = model.get_output_embeddings()
     log_probs = lambda pos: torch.log_softmax(head(hidden[pos.to(device)]).float(), -1).cpu()  # noqa: E731
     scores = passkey.score(log_probs, layout.tokens, layout.trials)
     return {

@@ -5,6 +5,8 @@ explorers. The trained-model explorer: tests/test_widgets_trained.py."""
 import asyncio
 import math
 import re
+import threading
+import time
 
 import ipywidgets as widgets
 import numpy as np
@@ -42,7 +44,7 @@ from attnres_helpers.widgets import (
     trained_explorer,
     trained_state,
 )
-from attnres_helpers.widgets.render import PNG_SIGNATURE
+from attnres_helpers.widgets.render import PNG_SIGNATURE, WIDGET_LOCK, LatestWins, serialized
 
 NUMBER = r"(-?\d+(?:\.\d+)?(?:e[-+]\d+)?|undefined)"
 PAIR = re.compile(rf"R\(L\) = {NUMBER} .*R\(2L\) = {NUMBER} .*R\(2L\)/R\(L\) = {NUMBER}")
@@ -563,6 +565,102 @@ def test_rapid_changes_are_drawn_once_for_the_last_of_them():
 
     asyncio.run(flushed())
     assert ui.drawer.drawn == drawn + 3  # nothing left to draw
+
+
+def in_thread(target) -> threading.Thread:
+    """``target`` started in a new thread (a daemon, so a failed test cannot hang the run)."""
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_draw_holds_back_callbacks_from_other_threads():
+    """ipykernel 7 runs widget callbacks in a subshell thread as well as the main thread: while one thread
+    draws, a callback of another (serialized, as every explorer's is) waits; without the lock a compare
+    figure's first draw was drawn from by the other thread halfway (AttributeError: no 'caches')."""
+    drawing, release, ran = threading.Event(), threading.Event(), []
+
+    def slow_draw(request):
+        drawing.set()
+        assert release.wait(30)
+
+    drawer = LatestWins(slow_draw)
+    first = in_thread(lambda: drawer.now("first"))
+    assert drawing.wait(30)
+    second = in_thread(serialized(lambda: ran.append("callback")))
+    second.join(0.3)
+    assert second.is_alive() and ran == []  # held back while the draw runs
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert ran == ["callback"]
+
+
+def test_requests_from_two_threads_leave_the_last_one_drawn():
+    """Two threads, each with its own loop, request within the delay: the later request is drawn, once.
+    The first thread's loop is blocked until the second has asked, so its timer cannot fire before."""
+    drawn, asked = [], {name: threading.Event() for name in ("first", "second")}
+    drawer = LatestWins(drawn.append)
+
+    async def ask(name: str, after: str | None) -> None:
+        if after is not None:
+            assert asked[after].wait(30)
+        drawer.request(name)
+        asked[name].set()
+        if after is None:
+            assert asked["second"].wait(30)  # blocks this loop
+        await past_the_redraw_timer()
+
+    threads = [
+        in_thread(lambda: asyncio.run(ask("first", None))),
+        in_thread(lambda: asyncio.run(ask("second", "first"))),
+    ]
+    for thread in threads:
+        thread.join(30)
+    assert drawn == ["second"] and drawer.drawn == 1
+
+
+def test_a_draw_of_an_earlier_request_never_follows_a_later_one():
+    """Both threads wait for the lock, holding requests 1 and 2: whichever gets it first, request 2 is the
+    last picture drawn (request 1 is skipped if it comes second)."""
+    drawn = []
+    drawer = LatestWins(drawn.append)
+    with WIDGET_LOCK:
+        threads = [in_thread(lambda: drawer.now("first"))]
+        while drawer.number < 1:
+            time.sleep(0.001)
+        threads.append(in_thread(lambda: drawer.now("second")))
+        while drawer.number < 2:
+            time.sleep(0.001)
+    for thread in threads:
+        thread.join(30)
+    assert drawn[-1] == "second" and drawn.count("second") == 1
+
+
+@pytest.mark.parametrize("kind", ["single", "compare", "trained", "design time"])
+def test_a_draw_that_failed_halfway_is_redone(kind, catalogue):
+    """A figure's background is rebuilt on a change of frame (title, selection, L, layers); if that draw fails
+    (interrupted, or drawn over from another thread), the figure must not remember the frame as drawn: the next
+    render rebuilds it and draws what a fresh figure draws."""
+    from attnres_helpers.widgets.design_time import DesignTimeFigure, design_time_catalogue, design_time_state
+
+    make, state = {
+        "single": (SingleFigure, lambda: explorer_state("rope", 512)),
+        "compare": (CompareFigure, lambda: compare_states(list(COMPARE_DEFAULT), 512)),
+        "trained": (TrainedFigure, lambda: trained_state(catalogue, "rope", 0, 1, "mean", 2, True)),
+        "design time": (DesignTimeFigure, lambda: design_time_state(design_time_catalogue(), "YaRN", 2.0, 0)),
+    }[kind]
+    figure, view = make(), state()
+    redraw = figure.redraw_background
+
+    def fails_once():
+        figure.redraw_background = redraw
+        raise RuntimeError("interrupted")
+
+    figure.redraw_background = fails_once
+    with pytest.raises(RuntimeError, match="interrupted"):
+        figure.render(view)
+    assert figure.render(view) == make().render(view)
 
 
 def test_blitted_figures_draw_what_a_fresh_figure_draws(catalogue):

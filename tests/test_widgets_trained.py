@@ -277,6 +277,28 @@ def test_trained_rapid_changes_are_drawn_once(catalogue):
     assert bytes(plot.value) == TrainedFigure().render(last)
 
 
+def test_a_burst_that_ends_on_the_picture_shown_changes_no_byte(catalogue):
+    """Layer 0 then layer 1 within the redraw delay, while layer 1 is shown: one draw, of the picture already
+    there, so the image's bytes never change (and ipywidgets sends nothing). Hence a browser test cannot wait
+    for "the picture changed": it waits for the picture of the view it expects (tests/browser)."""
+    ui = trained_explorer(experiments.STORE)
+    layer, plot = part(ui, "attnres-t-layer"), part(ui, "attnres-trained-plot")
+    layer.value = 1
+    shown, drawn, changes = bytes(plot.value), ui.drawer.drawn, []
+    assert shown == TrainedFigure().render(trained_state(catalogue, "rope", 0, 1, "mean", 2))
+    plot.observe(changes.append, names="value")  # a change is what ipywidgets sends to the page
+
+    async def burst():
+        layer.value = 0
+        layer.value = 1
+        await past_the_redraw_timer()
+
+    asyncio.run(burst())
+    assert ui.drawer.drawn == drawn + 1 and bytes(plot.value) == shown and changes == []
+    layer.value = 0
+    assert bytes(plot.value) == TrainedFigure().render(trained_state(catalogue, "rope", 0, 0, "mean", 2)) != shown
+
+
 # --------------------------------------------------------------------------- the trained explorer on other stores
 
 

@@ -27,7 +27,7 @@ from .design import (
     slider_bounds,
 )
 from .design_figures import CompareFigure, SingleFigure
-from .render import LatestWins, figure_layout, shared_figure
+from .render import LatestWins, figure_layout, serialized, shared_figure
 from .text import error_html, lines_html
 
 LABEL_STYLE = {"description_width": "initial"}  # a control's label is as wide as its text: never cut off
@@ -181,6 +181,7 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         finally:
             holding.pop()
 
+    @serialized
     def update(_: dict | None = None, at_once: bool = False) -> None:
         if holding:
             return
@@ -217,6 +218,7 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         show_error(None)
         drawer.now(request) if at_once else drawer.request(request)
 
+    @serialized
     def box_to_slider(change: dict) -> None:
         try:
             length.value = check_explorer_length(change["new"])
@@ -224,9 +226,11 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
             show_error(exc)
             length_box.value = length.value  # the box shows the L in use, not the refused one
 
+    @serialized
     def slider_to_box(change: dict) -> None:
         length_box.value = change["new"]
 
+    @serialized
     def rebuild_sliders(_: dict | None = None, at_once: bool = False) -> None:
         for slider in sliders.values():
             slider.close()
@@ -243,6 +247,7 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
         summary.value = f"<i>{html.escape(DESIGN_CURVES[encoding.value].summary)}</i>"
         update(at_once=at_once)
 
+    @serialized
     def reset_to_defaults(_: widgets.Button | None = None) -> None:
         holding.append(True)
         try:
@@ -253,6 +258,7 @@ def explorer(name: str = "rope", L: int = 1024) -> widgets.VBox:
             holding.pop()
         update()
 
+    @serialized
     def switch_mode(_: dict | None = None) -> None:
         single = mode.value == "single"
         for box in (encoding, summary, params_box):

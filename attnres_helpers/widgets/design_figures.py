@@ -129,9 +129,9 @@ class SingleFigure(BlitFigure):
         """Redraw the static background with a new title (on a change of encoding, not on each update)."""
         if title == self.title:
             return
-        self.title = title
         self.ax_s.set_title(title, fontsize=FONT_PT + 1)
         self.redraw_background()
+        self.title = title  # last: a draw that failed halfway is redone by the next render
 
     def render(self, state: dict) -> bytes:
         self._set_title(self.title_for(state))
@@ -230,7 +230,6 @@ class CompareFigure(BlitFigure):
         the background (a full draw, on a change of selection only)."""
         if names == self.shown:
             return
-        self.shown = names
         for name in DESIGN_CURVES:
             self.lines_s[name].set_visible(name in names)
             self.lines_w[name].set_visible(name in names)
@@ -257,6 +256,7 @@ class CompareFigure(BlitFigure):
             columnspacing=1.2,
         )
         self.redraw_background()
+        self.shown = names  # last: a draw that failed halfway is redone by the next render
 
     def render(self, states: list[dict]) -> bytes:
         names = tuple(s["name"] for s in states)

@@ -25,7 +25,7 @@ import torch
 from .. import design_time as dt
 from ..design_store import load_store
 from ..paths import STORES
-from .render import FONT_PT, BlitFigure, figure_pane, min_max_decimate, new_figure
+from .render import FONT_PT, BlitFigure, figure_pane, min_max_decimate, new_figure, serialized
 from .text import format_sig
 
 LABEL_STYLE = {"description_width": "initial"}
@@ -248,13 +248,13 @@ class DesignTimeFigure(BlitFigure):
     def _set_frame(self, L: int, family: Family) -> None:
         if self.frame == (L, family.name):
             return
-        self.frame = (L, family.name)
         self.ax_s.set_xlim(0, 2 * L)
         self.ax_s.set_xticks([0, L, 2 * L], ["0", f"{L} (L)", f"{2 * L} (2L)"])
         pad = family.step
         self.ax_r.set_xlim(family.low - pad, family.high + pad)
         self.ax_r.set_xlabel(family.parameter, fontsize=FONT_PT, labelpad=2)
         self.redraw_background()
+        self.frame = (L, family.name)  # last: a draw that failed halfway is redone by the next render
 
     def render(self, state: dict) -> bytes:
         family = FAMILIES[state["family"]]
@@ -304,6 +304,7 @@ def design_time_explorer(design_store: str | Path | None = None, measured_store:
     error, figure, plot, show_error, drawer = figure_pane(DesignTimeFigure, "attnres-dt-plot")
     holding = []
 
+    @serialized
     def update(_: dict | None = None, at_once: bool = False) -> None:
         if holding:
             return
@@ -316,6 +317,7 @@ def design_time_explorer(design_store: str | Path | None = None, measured_store:
         show_error(None)
         drawer.now(state) if at_once else drawer.request(state)
 
+    @serialized
     def switch_family(_: dict | None = None) -> None:
         f = FAMILIES[family.value]
         holding.append(True)

@@ -8,6 +8,7 @@ import asyncio
 import functools
 import numbers
 import struct
+import threading
 import zlib
 
 import ipywidgets as widgets
@@ -172,50 +173,84 @@ def min_max_decimate(x: np.ndarray, y: np.ndarray, buckets: int = 400) -> tuple[
     return x[index], np.take_along_axis(y, index, axis=-1)
 
 
+WIDGET_LOCK = threading.RLock()  # explorer callbacks and draws in a kernel run one at a time (see serialized)
+
+
+def serialized(callback):
+    """``callback`` run under :data:`WIDGET_LOCK`, re-entrant (a callback that sets a control runs that control's
+    callbacks inside it). ipykernel 7 handles widget messages in a subshell thread as well as the main thread
+    (JupyterLab 4.6), and neither matplotlib figures nor an explorer's controls are safe to change from two
+    threads at once: a compare figure's first draw, still building its background in one thread, was drawn
+    from by the other (tests/test_widgets.py)."""
+
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        with WIDGET_LOCK:
+            return callback(*args, **kwargs)
+
+    return run
+
+
 class LatestWins:
     """Calls ``draw(request)`` for the last of a burst of requests only.
 
     Inside a running asyncio loop (a Jupyter kernel handling widget messages), each request
-    replaces the pending one and restarts a timer of ``delay_s``: key presses that arrive
+    replaces the pending one and (re)starts a wait of ``delay_s``: key presses that arrive
     faster than that are drawn once, for the last of them, instead of queueing a redraw
     each. Without a running loop (a script, a test) each request is drawn at once.
     ``drawn`` counts the draws.
+
+    Requests may come from several threads, each with its own loop (:func:`serialized`): every
+    request takes the next number, a wait that ends draws only if no later request came, and a
+    draw is skipped if a later one was drawn already, so the last request is the picture left.
+    Draws hold :data:`WIDGET_LOCK`.
     """
 
     def __init__(self, draw, delay_s: float = REDRAW_DELAY_S):
         self.draw, self.delay_s = draw, delay_s
-        self.pending, self.timer, self.drawn = None, None, 0
+        self.pending, self.number, self.drawn_number, self.drawn = None, 0, 0, 0
+        self.lock = threading.Lock()
+
+    def _take(self, request: object | None) -> int:
+        """A new number for ``request`` (None: no pending request), which replaces the pending one."""
+        with self.lock:
+            self.number += 1
+            self.pending = request
+            return self.number
 
     def request(self, request: object) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self._draw(request)
+            self._draw(request, self._take(None))
             return
-        self.pending = request
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer = loop.call_later(self.delay_s, self._fire)
+        loop.call_later(self.delay_s, self._fire, self._take(request))
 
     def now(self, request: object) -> None:
         """Draw ``request`` at once, dropping any pending one."""
-        if self.timer is not None:
-            self.timer.cancel()
-        self.pending, self.timer = None, None
-        self._draw(request)
+        self._draw(request, self._take(None))
 
     def flush(self) -> None:
         """Draw the pending request now, if there is one (for code that times a change, in a kernel)."""
-        if self.timer is not None:
-            self.now(self.pending)
+        with self.lock:
+            pending = self.pending
+        if pending is not None:
+            self.now(pending)
 
-    def _fire(self) -> None:
-        request, self.pending, self.timer = self.pending, None, None
-        self._draw(request)
+    def _fire(self, number: int) -> None:
+        with self.lock:
+            if number != self.number:  # a later request replaced this one
+                return
+            request, self.pending = self.pending, None
+        self._draw(request, number)
 
-    def _draw(self, request) -> None:
-        self.drawn += 1
-        self.draw(request)
+    def _draw(self, request, number: int) -> None:
+        with WIDGET_LOCK:
+            if number < self.drawn_number:  # a later request, from another thread, was drawn first
+                return
+            self.drawn_number = number
+            self.drawn += 1
+            self.draw(request)
 
 
 def figure_pane(kind: type[BlitFigure], plot_class: str):

@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike
 from ..metric import BOUNDARIES, HEAD_MODES, mean_over_heads
 from ..paths import STORES
 from ..store import load_profiles, perplexities
-from .render import figure_pane
+from .render import figure_pane, serialized
 from .text import format_sig
 from .trained_figure import TrainedFigure
 
@@ -384,6 +384,7 @@ def trained_explorer(store_path: str | Path | None = None) -> widgets.VBox:
     error, figure, plot, show_error, drawer = figure_pane(TrainedFigure, "attnres-trained-plot")
     holding = []
 
+    @serialized
     def update(_: dict | None = None, at_once: bool = False) -> None:
         if holding:
             return
@@ -414,6 +415,7 @@ def trained_explorer(store_path: str | Path | None = None) -> widgets.VBox:
         dropdown.options = options
         dropdown.value = value
 
+    @serialized
     def switch_setting(_: dict | None = None) -> None:
         holding.append(True)
         try:
@@ -422,6 +424,7 @@ def trained_explorer(store_path: str | Path | None = None) -> widgets.VBox:
             holding.pop()
         update()
 
+    @serialized
     def switch_encoding(_: dict | None = None, at_once: bool = False) -> None:
         holding.append(True)
         try:

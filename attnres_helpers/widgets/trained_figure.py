@@ -87,7 +87,6 @@ class TrainedFigure(BlitFigure):
         """Ticks, L marks and one line per layer for a store's L, longest eval length and layer count."""
         if self.frame == (L, max_len, layers):
             return
-        self.frame = (L, max_len, layers)
         for line in self.lines_s + self.lines_w + self.marks:
             line.remove()
         self.lines_s = [self.ax_s.plot([], [], linewidth=1.2, label=f"layer {i}")[0] for i in range(layers)]
@@ -101,6 +100,7 @@ class TrainedFigure(BlitFigure):
             for i, tick in enumerate(ax.xaxis.get_major_ticks()):  # ticks outlive a frame: set every one's alignment
                 tick.label1.set_horizontalalignment("right" if i == len(ticks) - 1 else "center")
         self.redraw_background()
+        self.frame = (L, max_len, layers)  # last: a draw that failed halfway is redone by the next render
 
     def _set_legend(self, layers: list[int]) -> None:
         shown = [self.lines_s[i] for i in range(len(layers))] if len(layers) <= MAX_LEGEND else []

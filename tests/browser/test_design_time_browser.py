@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from attnres_helpers.widgets.render import shared_figure
+
 from .conftest import ARTIFACTS_DIR
 from .test_explorer_browser import Deadline, artifacts_on_failure, open_notebook, run_all_cells, wait_until_kernel_done
 from .test_explorers_interaction import press_toggle, shown, timed, wait_for_text
@@ -29,12 +31,14 @@ STEPS = 4  # ArrowRight presses on the parameter slider, each timed
 def test_the_design_time_explorer_follows_every_control(page, lab, lab_root):
     from attnres_helpers.widgets.design_time import (
         FAMILIES,
+        DesignTimeFigure,
         design_time_catalogue,
         design_time_readout_html,
         design_time_state,
     )
 
     catalogue = design_time_catalogue()
+    picture = shared_figure(DesignTimeFigure).render  # the PNG the explorer draws for a state
     expected = lambda family, value, layer=0: shown(  # noqa: E731
         design_time_readout_html(design_time_state(catalogue, family, value, layer))
     )
@@ -67,7 +71,8 @@ def test_the_design_time_explorer_follows_every_control(page, lab, lab_root):
             handle.focus(timeout=deadline.ms(10))
             value += yarn.step
             want = expected("YaRN", value)
-            latencies.append(timed(page, element, want, lambda: page.keyboard.press("ArrowRight"), deadline, plot))
+            figure = (plot, picture(design_time_state(catalogue, "YaRN", value, 0)))
+            latencies.append(timed(page, element, want, lambda: page.keyboard.press("ArrowRight"), deadline, figure))
         assert "yarn-4" in readout.inner_text()  # YaRN ×4 is measured: its row is in the readout
 
         press_toggle(page, root, "attnres-dt-family", "Self-Extend", deadline)
@@ -82,7 +87,7 @@ def test_the_design_time_explorer_follows_every_control(page, lab, lab_root):
                 expected("Self-Extend", se.default, 1),
                 lambda: page.keyboard.press("ArrowRight"),
                 deadline,
-                plot,
+                (plot, picture(design_time_state(catalogue, "Self-Extend", se.default, 1))),
             )
         )
         wait_until_kernel_done(page, deadline)

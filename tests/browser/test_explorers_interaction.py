@@ -9,6 +9,7 @@ page (polled every animation frame) and printed, median and max, for single and 
 (run with `pytest -s` to see them). Screenshots go to test-artifacts/.
 """
 
+import hashlib
 import html
 import json
 import os
@@ -22,6 +23,9 @@ from attnres_helpers.encodings import DESIGN_CURVES
 from attnres_helpers.widgets import (
     COMPARE_DEFAULT,
     L_RANGE,
+    CompareFigure,
+    SingleFigure,
+    TrainedFigure,
     compare_readout_html,
     compare_states,
     explorer_state,
@@ -30,6 +34,7 @@ from attnres_helpers.widgets import (
     trained_readout_html,
     trained_state,
 )
+from attnres_helpers.widgets.render import shared_figure
 
 from .conftest import ARTIFACTS_DIR
 from .test_explorer_browser import Deadline, artifacts_on_failure, open_notebook, run_all_cells, wait_until_kernel_done
@@ -86,19 +91,42 @@ def wait_for_text(page, element, expected, deadline, cap_s=30):
         raise AssertionError(f"readout never showed {expected!r}; last text {norm(element.inner_text())!r}") from None
 
 
-def timed(page, element, expected, action, deadline, plot=None):
-    """Seconds from action() to the readout showing expected, and (with ``plot``, the figure's <img>) to the
-    figure showing a new picture: (readout_s, figure_s or None)."""
-    before = plot.get_attribute("src") if plot is not None else None
+SHOWS_PICTURE = """([img, want]) => {
+    // true once the <img> shows the PNG whose SHA-256 is `want`. Synchronous, as a polled predicate must be
+    // (a returned Promise would count as true at once): each new blob URL is hashed once, in the background.
+    const src = img.getAttribute('src');
+    const digests = (window.attnresDigests ??= new Map());
+    if (src && !digests.has(src)) {
+        digests.set(src, null);
+        fetch(src).then(r => r.arrayBuffer()).then(data => crypto.subtle.digest('SHA-256', data)).then(hash => {
+            digests.set(src, Array.from(new Uint8Array(hash), b => b.toString(16).padStart(2, '0')).join(''));
+        });
+    }
+    return Boolean(src) && digests.get(src) === want;
+}"""
+
+
+def timed(page, element, expected, action, deadline, figure=None):
+    """Seconds from action() to the readout showing expected and, with ``figure`` = (the figure's <img>, the PNG
+    the view expected draws), to that image showing that picture: (readout_s, figure_s or None).
+
+    The picture itself, not a change of picture, says the figure is current: keys pressed within the redraw
+    delay are drawn once, and a draw that makes the bytes already shown sends nothing (layer 0 then layer 1
+    while layer 1 is shown never changes the image; tests/test_widgets_trained.py). The expected PNG is
+    rendered here, by the figure class the kernel uses (a shared figure draws what a fresh one draws)."""
     start = time.perf_counter()
     action()
     wait_for_text(page, element, expected, deadline)
     readout_s = time.perf_counter() - start
-    if plot is None:
+    if figure is None:
         return readout_s, None
-    page.wait_for_function(
-        "([img, old]) => img.getAttribute('src') !== old", arg=[plot, before], polling="raf", timeout=deadline.ms(30)
-    )
+    plot, png = figure
+    try:
+        page.wait_for_function(
+            SHOWS_PICTURE, arg=[plot, hashlib.sha256(png).hexdigest()], polling="raf", timeout=deadline.ms(30)
+        )
+    except playwright_api.TimeoutError:
+        raise AssertionError(f"the figure never showed the picture of the view expected ({expected!r})") from None
     return readout_s, time.perf_counter() - start
 
 
@@ -143,7 +171,14 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
             handle.focus(timeout=deadline.ms(10))
             L += L_RANGE[2]
             latencies["single"].append(
-                timed(page, element, design_text("rope", L), lambda: page.keyboard.press("ArrowRight"), deadline, plot)
+                timed(
+                    page,
+                    element,
+                    design_text("rope", L),
+                    lambda: page.keyboard.press("ArrowRight"),
+                    deadline,
+                    (plot, shared_figure(SingleFigure).render(explorer_state("rope", L))),
+                )
             )
 
         # every encoding, at the current L, chosen by keyboard (its toggle button focused, then Space): the
@@ -190,7 +225,14 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
             handle.focus(timeout=deadline.ms(10))
             L += L_RANGE[2]
             latencies["compare"].append(
-                timed(page, element, compare_text(L), lambda: page.keyboard.press("ArrowRight"), deadline, plot)
+                timed(
+                    page,
+                    element,
+                    compare_text(L),
+                    lambda: page.keyboard.press("ArrowRight"),
+                    deadline,
+                    (plot, shared_figure(CompareFigure).render(compare_states(list(COMPARE_DEFAULT), L))),
+                )
             )
         wait_until_kernel_done(page, deadline)
         root.screenshot(path=str(ARTIFACTS_DIR / "explorer-compare.png"), timeout=deadline.ms(20))
@@ -219,9 +261,13 @@ def test_explorers_as_students_use_them(page, lab, lab_root):
         trained_plot = trained_root.locator("img.attnres-trained-plot").first.element_handle(timeout=deadline.ms(10))
         latencies["trained"] = []
         for layer in [*range(catalogue["layers"]), "mean", 1]:
-            expected = shown(trained_readout_html(trained_state(catalogue, "rope", 0, layer, "mean", 2, True)))
+            state = trained_state(catalogue, "rope", 0, layer, "mean", 2, True)
             press = lambda layer=layer: press_toggle(page, trained_root, "attnres-t-layer", str(layer), deadline)  # noqa: E731
-            latencies["trained"].append(timed(page, trained, expected, press, deadline, trained_plot))
+            figure, expected = (
+                (trained_plot, shared_figure(TrainedFigure).render(state)),
+                shown(trained_readout_html(state)),
+            )
+            latencies["trained"].append(timed(page, trained, expected, press, deadline, figure))
         wait_until_kernel_done(page, deadline)
         page.locator(".attnres-trained-explorer").first.screenshot(
             path=str(ARTIFACTS_DIR / "trained-explorer.png"), timeout=deadline.ms(20)

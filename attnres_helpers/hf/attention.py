@@ -58,8 +58,10 @@ class CaptureError(ValueError):
 class LayerQK:
     """One layer's capture: the raw scores are ``scaling · q kᵀ + slope_h · j`` at the pairs ``allowed``.
 
-    q, k: (B, H, T, d) as the model multiplies them (rotated; key heads repeated for grouped-query
-    attention). allowed: (B or 1, 1 or H, T, T) bool, True where a query may attend to a key, or None
+    q: (B, H, T, d) and k: (B, H_k, T, d) as the model multiplies them (rotated), H_k dividing H: under
+    grouped-query attention query head h reads key head h // (H / H_k), and k keeps the model's H_k heads
+    (the FFT transforms each once; where a product needs one key head per query head it repeats them
+    :attr:`groups` times). allowed: (B or 1, 1 or H, T, T) bool, True where a query may attend to a key, or None
     for exactly the full causal mask (the FFT path then needs nothing of size T²). slopes: (H,)
     BLOOM's ALiBi slopes, read off the model's own bias tensor (None for the other models).
     """
@@ -69,6 +71,11 @@ class LayerQK:
     scaling: float
     allowed: torch.Tensor | None = None
     slopes: torch.Tensor | None = None
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key head (1 without grouped-query attention)."""
+        return self.q.shape[1] // self.k.shape[1]
 
     def mask_structure(self) -> tuple[str, int | None] | None:
         """("causal", None), ("window", w) for a causal band of w keys, or ("bca", block) for blockwise
@@ -118,15 +125,7 @@ def _capture_attention(module, query, key, value, attention_mask, scaling=None, 
             "this architecture cannot be captured"
         )
     scaling = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
-    groups = query.shape[1] // key.shape[1]
-    consumer(
-        LayerQK(
-            query.detach().float(),
-            key.repeat_interleave(groups, dim=1).detach().float(),
-            scaling,
-            _allowed(attention_mask, key.shape[-2]),
-        )
-    )
+    consumer(LayerQK(query.detach().float(), key.detach().float(), scaling, _allowed(attention_mask, key.shape[-2])))
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
 
 
@@ -277,7 +276,7 @@ def layer_scores(layer: LayerQK, form: str = "raw") -> torch.Tensor:
     """(B, H, T, T) pre-softmax scores of one captured layer in the raw or the relative form, masked
     pairs at -inf."""
     check_choice("form", form, FORMS)
-    scores = layer.scaling * layer.q @ layer.k.transpose(-1, -2)  # (B, H, T, T)
+    scores = layer.scaling * layer.q @ layer.k.repeat_interleave(layer.groups, dim=1).transpose(-1, -2)  # (B, H, T, T)
     T = scores.shape[-1]
     if layer.slopes is not None:
         pos = torch.arange(T, dtype=scores.dtype, device=scores.device)
@@ -337,7 +336,8 @@ def layer_s_hat(layer: LayerQK, method: str = "fft", form: str = "relative") -> 
 
 def layer_key0(layer: LayerQK) -> torch.Tensor:
     """(H, T): the mean over the batch of each query's relative-form score on key 0, -inf where masked."""
-    scores = layer.scaling * (layer.q.double() @ layer.k[..., :1, :].double().transpose(-1, -2))[..., 0]  # (B, H, T)
+    key0 = layer.k[..., :1, :].repeat_interleave(layer.groups, dim=1).double()  # (B, H, 1, d)
+    scores = layer.scaling * (layer.q.double() @ key0.transpose(-1, -2))[..., 0]  # (B, H, T)
     if layer.slopes is not None:
         scores = scores - layer.slopes.double()[:, None] * torch.arange(scores.shape[-1], dtype=torch.float64)
     if layer.allowed is not None:

@@ -1,4 +1,5 @@
-"""Where torchrun started this process: its rank and world, and torch.distributed's gloo group.
+"""Where this process runs: the device asked for (checked before any work), and where torchrun started it:
+its rank and world, and torch.distributed's gloo group.
 
 Used by every command that shares its jobs between torchrun's ranks (``reproduce family-v2 --distributed``,
 ``measure MODEL --configuration``, ``reproduce configurations``); without torchrun's environment a process
@@ -11,6 +12,25 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+
+
+def check_device(device: str) -> None:
+    """A one-line error for a device torch cannot use here: not ``cpu``, ``cuda`` or ``cuda:N``; ``cuda``
+    without a GPU; ``cuda:N`` past the GPUs torch sees."""
+    import torch
+
+    device = str(device)
+    if device == "cpu":
+        return
+    kind, _, index = device.partition(":")
+    if kind != "cuda" or not (index == "" or index.isdigit()):
+        raise ValueError(f"device must be cpu, cuda or cuda:N, got {device!r}")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if int(index or 0) >= count:
+        seen = (
+            f"{count} CUDA device{'s' if count > 1 else ''} (cuda:0 to cuda:{count - 1})" if count else "no CUDA device"
+        )
+        raise ValueError(f"device {device}: torch sees {seen} here")
 
 
 def distributed_rank() -> tuple[int, int, int] | None:

@@ -44,6 +44,7 @@ from .data import eval_windows, get_batch, load_splits
 from .files import SUMS_FILE, atomic_write, sha256_file, write_text_atomic
 from .files import write_safetensors as save_file  # no temporary of safetensors' own
 from .model import ModelConfig, Transformer
+from .torchrun import check_device
 
 BETAS = (0.9, 0.98)
 GRAD_CLIP = 1.0
@@ -346,5 +347,4 @@ def _check_settings(cfg: ModelConfig, settings: dict, checkpoint_every: int, dev
         raise ValueError(f"weight_decay must be a finite number in [0, 10], got {settings['weight_decay']}")
     if checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be >= 0 (0: never), got {checkpoint_every}")
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} was asked for but CUDA is not available")
+    check_device(device)

@@ -239,15 +239,14 @@ def measure_and_build(
     from ..configured_store import build, is_configured_store
     from ..files import exclusive, folder_fingerprint, sums_fingerprint
     from ..paths import CONFIGURATIONS_RUNS, CONFIGURATIONS_V4_STORE
-    from ..torchrun import distributed_rank, process_group
+    from ..torchrun import check_device, distributed_rank, process_group
     from . import fetch
     from .configurations import check_config
     from .folders import load_config, load_pretrained
     from .models import SMOLLM2
     from .pretrained import load_tokenizer
 
-    if device != "cpu" and not (device.startswith("cuda") and torch.cuda.is_available()):
-        raise ValueError(f"--device {device}: torch sees no such device here (torch.cuda.is_available() is False)")
+    check_device(device)
     chosen = list(configurations or CONFIGURATIONS)
     unknown = [c for c in chosen if c not in CONFIGURATIONS]
     if unknown:

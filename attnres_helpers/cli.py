@@ -13,11 +13,12 @@ import argparse
 import ast
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn
+
+from .torchrun import check_device
 
 PROG = "attnres"
 PACKAGE = Path(__file__).parent
@@ -63,8 +64,11 @@ def _lengths(text: str) -> tuple[float, ...]:
 
 
 def _device(text: str) -> str:
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
-        raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N, got {text!r}")
+    """A device torch can use here (:func:`torchrun.check_device`), refused as the arguments are read."""
+    try:
+        check_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 

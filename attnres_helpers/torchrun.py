@@ -17,14 +17,14 @@ from datetime import timedelta
 def check_device(device: str) -> None:
     """A one-line error for a device torch cannot use here: not ``cpu``, ``cuda`` or ``cuda:N``; ``cuda``
     without a GPU; ``cuda:N`` past the GPUs torch sees."""
-    import torch
-
     device = str(device)
     if device == "cpu":
         return
-    kind, _, index = device.partition(":")
-    if kind != "cuda" or not (index == "" or index.isdigit()):
+    kind, colon, index = device.partition(":")
+    if kind != "cuda" or (colon and not index.isdigit()):
         raise ValueError(f"device must be cpu, cuda or cuda:N, got {device!r}")
+    import torch  # here, not above: the CLI checks its default "cpu" without importing torch
+
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if int(index or 0) >= count:
         seen = (

@@ -206,13 +206,15 @@ def test_measure_a_folder_under_a_configuration_prints_records_and_keeps_only_it
 
 
 def test_measure_under_a_configuration_on_a_gpu_torch_does_not_see_is_one_line(cli, tmp_path, llama_folder):
-    """--device cuda where torch sees no GPU: refused in one line before the model is read, nothing written."""
+    """--device cuda where torch sees no GPU: refused in one line as the arguments are read, nothing written."""
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("torch sees a GPU here: the refusal is for machines without one")
     work = tmp_path / "work"
     out = cli("measure", str(llama_folder), "--configuration", "yarn-2", "--device", "cuda", "--work", str(work))
-    assert out.returncode == 1 and out.stderr.splitlines() == ["error: device cuda: torch sees no CUDA device here"]
+    assert out.returncode == 2 and out.stderr.splitlines() == [
+        "attnres measure: error: argument --device: device cuda: torch sees no CUDA device here (see --help)"
+    ]
     assert not work.exists()
 
 

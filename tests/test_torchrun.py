@@ -21,6 +21,7 @@ def gpus(monkeypatch, count: int) -> None:
         (2, "cuda:7", r"device cuda:7: torch sees 2 CUDA devices \(cuda:0 to cuda:1\) here"),
         (2, "mps", "device must be cpu, cuda or cuda:N, got 'mps'"),
         (2, "cuda:x", "device must be cpu, cuda or cuda:N, got 'cuda:x'"),
+        (2, "cuda:", "device must be cpu, cuda or cuda:N, got 'cuda:'"),
     ],
 )
 def test_a_device_torch_cannot_use_is_refused_in_one_line(monkeypatch, count, device, message):

@@ -495,7 +495,7 @@ def test_cli_train_errors_are_one_line(cli, tmp_path, args, message):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--device", "garbage"], "argument --device: must be cpu, cuda or cuda:N, got 'garbage'"),
+        (["--device", "garbage"], "argument --device: device must be cpu, cuda or cuda:N, got 'garbage'"),
         (["--threads", "-3"], "argument --threads: must be >= 0, got -3"),
         (["--n-layer", "2.5"], "argument --n-layer: invalid int value: '2.5'"),
     ],

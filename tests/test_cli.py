@@ -7,6 +7,7 @@ one line (every behaviour is tested in-process through ``main(argv)``, in each m
 import dataclasses
 import inspect
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -215,6 +216,28 @@ def test_measure_under_a_configuration_on_a_gpu_torch_does_not_see_is_one_line(c
     assert out.returncode == 2 and out.stderr.splitlines() == [
         "attnres measure: error: argument --device: device cuda: torch sees no CUDA device here (see --help)"
     ]
+    assert not work.exists()
+
+
+def test_measure_under_a_configuration_past_the_machines_memory_is_one_line(cli, tmp_path, llama_folder):
+    """A model whose context makes 2L windows far larger than any machine holds (here 2^31 tokens): refused
+    in one line, with the estimate, before any weight is read; nothing written."""
+    import shutil
+
+    big = tmp_path / "tiny-llama-long"
+    shutil.copytree(llama_folder, big)
+    config = json.loads((big / "config.json").read_text())
+    (big / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2**30}))
+    (big / "model.safetensors").write_bytes(b"not read")  # loading it would fail: the refusal comes first
+    work = tmp_path / "work"
+    out = cli("measure", str(big), "--configuration", "yarn-2", "--work", str(work))
+    assert out.returncode == 1 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert re.fullmatch(
+        r"error: T = 2147483648 tokens needs about \d+\.\d GiB a window by a rough estimate "
+        r"\(attnres_helpers/hf/memory\.py\), more than the \d+\.\d GiB cpu has available: "
+        r"measure a model with a shorter context",
+        out.stderr.strip(),
+    ), out.stderr
     assert not work.exists()
 
 

@@ -243,6 +243,7 @@ def measure_and_build(
     from . import fetch
     from .configurations import check_config
     from .folders import load_config, load_pretrained
+    from .memory import check_fits
     from .models import SMOLLM2
     from .pretrained import load_tokenizer
 
@@ -263,6 +264,7 @@ def measure_and_build(
         for c in chosen:
             check_config(config, CONFIGURATIONS[c])  # one line, before any weight is read
         train_len = entry.context if entry is not None else config.max_position_embeddings
+        check_fits(config, 2 * train_len, device)  # the longest window, before any weight is read
         ranked = distributed_rank()  # under torchrun: each rank its share of the jobs, rank 0 the one writer
         rank, world = (0, 1) if ranked is None else ranked[:2]
         with (  # the work folder's lock and the log before the model is loaded

@@ -219,9 +219,17 @@ def test_measure_under_a_configuration_on_a_gpu_torch_does_not_see_is_one_line(c
     assert not work.exists()
 
 
-def test_measure_under_a_configuration_past_the_machines_memory_is_one_line(cli, tmp_path, llama_folder):
-    """A model whose context makes 2L windows far larger than any machine holds (here 2^31 tokens): refused
-    in one line, with the estimate, before any weight is read; nothing written."""
+@pytest.mark.parametrize(
+    "how, T",
+    [
+        (["--configuration", "yarn-2"], 2**31),
+        (["--lengths", "1"], 2**30),
+        (["--lengths", "0.5", "--bca", "0.5"], 2**29),
+    ],
+)
+def test_measure_past_the_machines_memory_is_one_line(cli, tmp_path, llama_folder, how, T):
+    """A model whose context makes its windows far larger than any machine holds (a 2^30 context): refused
+    in one line, with the estimate, before any weight is read (its weights file is junk); nothing written."""
     import shutil
 
     big = tmp_path / "tiny-llama-long"
@@ -230,10 +238,10 @@ def test_measure_under_a_configuration_past_the_machines_memory_is_one_line(cli,
     (big / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2**30}))
     (big / "model.safetensors").write_bytes(b"not read")  # loading it would fail: the refusal comes first
     work = tmp_path / "work"
-    out = cli("measure", str(big), "--configuration", "yarn-2", "--work", str(work))
+    out = cli("measure", str(big), *how, "--work", str(work), "--windows", "1")
     assert out.returncode == 1 and len(out.stderr.splitlines()) == 1, out.stderr
     assert re.fullmatch(
-        r"error: T = 2147483648 tokens needs about \d+\.\d GiB a window by a rough estimate "
+        rf"error: T = {T} tokens needs about \d+\.\d GiB a window by a rough estimate "
         r"\(attnres_helpers/hf/memory\.py\), more than the \d+\.\d GiB cpu has available: "
         r"measure a model with a shorter context",
         out.stderr.strip(),

@@ -53,3 +53,8 @@ def test_nothing_is_refused_where_the_memory_is_unknown(monkeypatch):
 
     monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": None)
     check_fits(SMOLLM2_SHAPE, 2**40)
+
+
+def test_a_square_matrix_adds_its_pairs():
+    """The explicit method's (H, T, T) scores, or a BCA mask: pair_bytes for each of the T² pairs."""
+    assert window_bytes(SMOLLM2_SHAPE, 4096, pair_bytes=72) - window_bytes(SMOLLM2_SHAPE, 4096) == 72 * 4096**2

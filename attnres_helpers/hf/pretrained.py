@@ -353,6 +353,8 @@ def _planned(
 ) -> tuple[int, list[int], list[int]]:
     """(L, lengths, BCA lengths) in tokens, every argument checked and L read from the config (no weight
     read): a length named twice (``1,1``, or ``1,1.001`` at a small L) is refused here, not after the work."""
+    from .memory import check_fits  # (memory reads this module's NLL_CHUNK)
+
     check_choice("method", method, METHODS)
     for name, values in (("lengths", multiples), ("bca", bca_multiples)):
         if not all(
@@ -365,7 +367,8 @@ def _planned(
         raise ValueError(f"train_len must be an integer >= 2, got {train_len!r}")
     if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
         raise ValueError(f"n_windows must be a positive integer, got {n_windows!r}")
-    L = train_len or _context_length(load_config(name_or_path))
+    config = load_config(name_or_path)
+    L = train_len or _context_length(config)
     tokens = {}
     for name, values in (("lengths", multiples), ("BCA lengths", bca_multiples)):
         tokens[name] = [int(k * L) for k in values]
@@ -380,6 +383,9 @@ def _planned(
             f"BCA lengths {sorted(tokens['BCA lengths'])} must be among the lengths {sorted(tokens['lengths'])}"
         )
     check_lengths(1 << 62, tokens["lengths"], n_windows)  # every length >= 2 tokens (the text is counted later)
+    scores = 8 * config.num_attention_heads if method == "explicit" else 0  # (H, T, T) float32 scores, twice
+    for T in tokens["lengths"]:  # before any weight is read; a BCA window also holds its (T, T) bool mask
+        check_fits(config, T, pair_bytes=scores + 2 * (T in tokens["BCA lengths"]))
     return L, tokens["lengths"], tokens["BCA lengths"]
 
 

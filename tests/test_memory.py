@@ -4,8 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from attnres_helpers.hf.memory import FFT_BYTES_PER_PAIR, RUNTIME_BYTES, check_fits, window_bytes
-from attnres_helpers.hf.pretrained import NLL_CHUNK
+from attnres_helpers.hf.memory import FFT_BYTES_PER_PAIR, NLL_CHUNK, RUNTIME_BYTES, check_fits, window_bytes
 
 # SmolLM2-135M's shape (its config.json): 30 layers of 576, 9 query heads and 3 key heads of 64, MLP 1536
 SMOLLM2_SHAPE = SimpleNamespace(

@@ -5,7 +5,7 @@ instead of failing, or swapping, an hour in. Used by ``attnres measure MODEL`` a
 
 The estimate (:func:`window_bytes`) is the peak of one window pass of T tokens (:func:`.pretrained.window_pass`,
 which both measurements share), in float32 on the CPU: the interpreter with torch and transformers, the
-weights, one chunk of logits for the NLL (:data:`.pretrained.NLL_CHUNK` positions at a time, with its
+weights, one chunk of logits for the NLL (:data:`NLL_CHUNK` positions at a time, with its
 log-sum-exp), and per token the layer's activations (hidden states and the MLP's gate, up and product) with
 ŝ's FFT of q and k (complex128, padded to a power of two at least 2T); plus ``pair_bytes`` per (query, key)
 pair where a measurement holds a (T, T) matrix (the explicit method's scores, a BCA mask). Measured on
@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import os
 
-from .pretrained import NLL_CHUNK
-
+NLL_CHUNK = 1024  # positions whose logits exist at once (.pretrained.nll_in_chunks): (1024, V) float32
 RUNTIME_BYTES = 400 * 2**20  # python, torch and transformers imported, the tokenizer and the corpus (~0.36 GiB)
 FLOAT = 4  # float32 weights and activations
 FFT_BYTES_PER_PAIR = 64  # 16-byte complex128, padded to >= 2T, the transform and its product: per head and dim

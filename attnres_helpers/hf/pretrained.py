@@ -34,11 +34,11 @@ from ..model import blockwise_causal_mask
 from ..store import Profile, average_heads, profile_of_means, save_profiles
 from .attention import METHODS, CaptureError, LayerQK, capturing, check_choice, check_input_ids, layer_key0, layer_s_hat
 from .folders import load_config, load_pretrained, load_tokenizer
+from .memory import NLL_CHUNK, check_fits
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
-NLL_CHUNK = 1024  # positions whose logits exist at once
 CONFIG_KEYS = (
     "num_hidden_layers",
     "num_attention_heads",
@@ -353,8 +353,6 @@ def _planned(
 ) -> tuple[int, list[int], list[int]]:
     """(L, lengths, BCA lengths) in tokens, every argument checked and L read from the config (no weight
     read): a length named twice (``1,1``, or ``1,1.001`` at a small L) is refused here, not after the work."""
-    from .memory import check_fits  # (memory reads this module's NLL_CHUNK)
-
     check_choice("method", method, METHODS)
     for name, values in (("lengths", multiples), ("bca", bca_multiples)):
         if not all(

@@ -97,7 +97,6 @@ class SingleFigure(BlitFigure):
         (self.line_s,) = self.ax_s.plot([], [], color="C0")
         (self.line_L,) = self.ax_w.plot([], [], color="C0", label="window of L distances")
         (self.line_2L,) = self.ax_w.plot([], [], color="C1", alpha=0.8, linestyle="--", label="window of 2L distances")
-        self.title = None  # the score panel's title, set by the first render (it names the encoding)
         self.ax_s.yaxis.set_major_locator(MaxNLocator(5))
         self.fig.text(
             0.008, 0.53, "score", rotation=90, va="center", fontsize=FONT_PT + 1
@@ -125,16 +124,9 @@ class SingleFigure(BlitFigure):
         note = " (ALiBi: heads thin, mean bold)" if state["curve"].ndim == 2 else ""
         return f"design-time score s[n] of {state['name']}{note}"
 
-    def _set_title(self, title: str) -> None:
-        """Redraw the static background with a new title (on a change of encoding, not on each update)."""
-        if title == self.title:
-            return
-        self.ax_s.set_title(title, fontsize=FONT_PT + 1)
-        self.redraw_background()
-        self.title = title  # last: a draw that failed halfway is redone by the next render
-
     def render(self, state: dict) -> bytes:
-        self._set_title(self.title_for(state))
+        title = self.title_for(state)  # the frame: redrawn on a change of encoding, not on each update
+        self.set_frame(title, lambda: self.ax_s.set_title(title, fontsize=FONT_PT + 1))
         L, curve, profile = state["L"], state["curve"], state["profile"]
         low, high = float(curve.min()), float(curve.max())
         pad = 0.05 * (high - low) or 1.0
@@ -217,7 +209,6 @@ class CompareFigure(BlitFigure):
             borderaxespad=0.2,
         )
         self.legend = None
-        self.shown: tuple | None = None  # no selection drawn yet
         self.distances = [DistanceLabels(ax, marked=False) for ax in (self.ax_s, self.ax_w)]
         for ax in (self.ax_s, self.ax_w):
             ax.xaxis.labelpad = FONT_PT + 4
@@ -226,10 +217,8 @@ class CompareFigure(BlitFigure):
         # the background is drawn by the first render, which sets the selection (legend and bar labels)
 
     def _select(self, names: tuple) -> None:
-        """Show the chosen encodings' artists, in order, and rebuild the legend and bar labels into
-        the background (a full draw, on a change of selection only)."""
-        if names == self.shown:
-            return
+        """Show the chosen encodings' artists, in order, with the legend and bar labels for them (drawn into
+        the background by :meth:`set_frame`, on a change of selection only)."""
         for name in DESIGN_CURVES:
             self.lines_s[name].set_visible(name in names)
             self.lines_w[name].set_visible(name in names)
@@ -255,14 +244,12 @@ class CompareFigure(BlitFigure):
             frameon=False,
             columnspacing=1.2,
         )
-        self.redraw_background()
-        self.shown = names  # last: a draw that failed halfway is redone by the next render
 
     def render(self, states: list[dict]) -> bytes:
         names = tuple(s["name"] for s in states)
         if len(set(names)) != len(names):
             raise ValueError(f"each encoding may be compared once, got {list(names)}")
-        self._select(names)
+        self.set_frame(names, lambda: self._select(names))
         L = states[0]["L"]
         for labels in self.distances:
             labels.set(L)

@@ -235,7 +235,6 @@ class DesignTimeFigure(BlitFigure):
         self.ax_r.plot([], [], "o", color="C1", label="R(L)")
         self.ax_r.plot([], [], "o", color="C0", label="R(2L)")
         self.ax_r.legend(fontsize=FONT_PT, loc="lower right")
-        self.frame = None
 
     @property
     def animated(self) -> tuple:
@@ -246,19 +245,16 @@ class DesignTimeFigure(BlitFigure):
         return (((self.ax_s.yaxis, self.ax_r.xaxis), self.fig.bbox),)
 
     def _set_frame(self, L: int, family: Family) -> None:
-        if self.frame == (L, family.name):
-            return
+        """Ticks for L and the family's parameter axis (drawn into the background by :meth:`set_frame`)."""
         self.ax_s.set_xlim(0, 2 * L)
         self.ax_s.set_xticks([0, L, 2 * L], ["0", f"{L} (L)", f"{2 * L} (2L)"])
         pad = family.step
         self.ax_r.set_xlim(family.low - pad, family.high + pad)
         self.ax_r.set_xlabel(family.parameter, fontsize=FONT_PT, labelpad=2)
-        self.redraw_background()
-        self.frame = (L, family.name)  # last: a draw that failed halfway is redone by the next render
 
     def render(self, state: dict) -> bytes:
         family = FAMILIES[state["family"]]
-        self._set_frame(state["L"], family)
+        self.set_frame((state["L"], family.name), lambda: self._set_frame(state["L"], family))
         n = np.arange(2 * state["L"])
         curves = [state["s_hat"]] + ([state["s_measured"]] if state["s_measured"] is not None else [])
         finite = np.concatenate([c[np.isfinite(c)] for c in curves])

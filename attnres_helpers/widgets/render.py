@@ -99,6 +99,17 @@ class BlitFigure:
     fig: Figure
     animated: tuple = ()
     groups: tuple = ()
+    frame = None  # the key of the static background drawn last (None: none drawn yet)
+
+    def set_frame(self, key, set_up) -> None:
+        """Draw the static background for ``key``, unless it is the one drawn: ``set_up()`` sets the static
+        artists for it, then a full draw. The key is recorded last, so a draw that failed halfway
+        (interrupted, or drawn over from another thread) is redone by the next render."""
+        if key == self.frame:
+            return
+        set_up()
+        self.redraw_background()
+        self.frame = key
 
     def redraw_background(self) -> None:
         for artist in (*self.animated, *(a for artists, _ in self.groups for a in artists)):

@@ -67,7 +67,6 @@ class TrainedFigure(BlitFigure):
         self.ax_p.yaxis.set_minor_formatter(FuncFormatter(_ppl_minor_label))
         self.ax_p.set_title("perplexity by position (log)", fontsize=FONT_PT + 1)
         self.ax_s.set_title(" ", fontsize=FONT_PT + 1)
-        self.frame = None  # (L, max_len, layers) the background was drawn for
 
     @property
     def animated(self) -> tuple:
@@ -84,9 +83,8 @@ class TrainedFigure(BlitFigure):
         return (((*(ax.yaxis for ax in self.axes), self.ax_s.title), self.fig.bbox),)
 
     def _set_frame(self, L: int, max_len: int, layers: int) -> None:
-        """Ticks, L marks and one line per layer for a store's L, longest eval length and layer count."""
-        if self.frame == (L, max_len, layers):
-            return
+        """Ticks, L marks and one line per layer for a store's L, longest eval length and layer count
+        (drawn into the background by :meth:`set_frame`)."""
         for line in self.lines_s + self.lines_w + self.marks:
             line.remove()
         self.lines_s = [self.ax_s.plot([], [], linewidth=1.2, label=f"layer {i}")[0] for i in range(layers)]
@@ -99,8 +97,6 @@ class TrainedFigure(BlitFigure):
             ax.set_xticks(range(L, max_len + 1, L), minor=True)
             for i, tick in enumerate(ax.xaxis.get_major_ticks()):  # ticks outlive a frame: set every one's alignment
                 tick.label1.set_horizontalalignment("right" if i == len(ticks) - 1 else "center")
-        self.redraw_background()
-        self.frame = (L, max_len, layers)  # last: a draw that failed halfway is redone by the next render
 
     def _set_legend(self, layers: list[int]) -> None:
         shown = [self.lines_s[i] for i in range(len(layers))] if len(layers) <= MAX_LEGEND else []
@@ -127,7 +123,8 @@ class TrainedFigure(BlitFigure):
 
     def render(self, state: dict) -> bytes:
         limits, T = state["limits"], state["eval_len"]
-        self._set_frame(state["train_len"], limits["max_len"], state["n_layers"])
+        frame = (state["train_len"], limits["max_len"], state["n_layers"])
+        self.set_frame(frame, lambda: self._set_frame(*frame))
         n = np.arange(T)
         for i, (line_s, line_w) in enumerate(zip(self.lines_s, self.lines_w)):
             visible = i < len(state["layers"])

@@ -14,19 +14,28 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 
-def check_device(device: str) -> None:
-    """A one-line error for a device torch cannot use here: not ``cpu``, ``cuda`` or ``cuda:N``; ``cuda``
-    without a GPU; ``cuda:N`` past the GPUs torch sees."""
+def cuda_index(device: str) -> int | None:
+    """The GPU a device string names: None for ``cpu``, 0 for ``cuda``, N for ``cuda:N``; a one-line error
+    for anything else."""
     device = str(device)
     if device == "cpu":
-        return
+        return None
     kind, colon, index = device.partition(":")
     if kind != "cuda" or (colon and not index.isdigit()):
         raise ValueError(f"device must be cpu, cuda or cuda:N, got {device!r}")
+    return int(index or 0)
+
+
+def check_device(device: str) -> None:
+    """A one-line error for a device torch cannot use here: not ``cpu``, ``cuda`` or ``cuda:N``; ``cuda``
+    without a GPU; ``cuda:N`` past the GPUs torch sees."""
+    index = cuda_index(device)
+    if index is None:
+        return
     import torch  # here, not above: the CLI checks its default "cpu" without importing torch
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if int(index or 0) >= count:
+    if index >= count:
         seen = (
             f"{count} CUDA device{'s' if count > 1 else ''} (cuda:0 to cuda:{count - 1})" if count else "no CUDA device"
         )

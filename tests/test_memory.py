@@ -1,10 +1,18 @@
 """attnres_helpers.hf.memory: one configured window's memory, estimated from a config before any weight."""
 
+import os
 from types import SimpleNamespace
 
 import pytest
 
-from attnres_helpers.hf.memory import FFT_BYTES_PER_PAIR, NLL_CHUNK, RUNTIME_BYTES, check_fits, window_bytes
+from attnres_helpers.hf.memory import (
+    FFT_BYTES_PER_PAIR,
+    NLL_CHUNK,
+    RUNTIME_BYTES,
+    available_bytes,
+    check_fits,
+    window_bytes,
+)
 
 # SmolLM2-135M's shape (its config.json): 30 layers of 576, 9 query heads and 3 key heads of 64, MLP 1536
 SMOLLM2_SHAPE = SimpleNamespace(
@@ -57,3 +65,18 @@ def test_nothing_is_refused_where_the_memory_is_unknown(monkeypatch):
 def test_a_square_matrix_adds_its_pairs():
     """The explicit method's (H, T, T) scores, or a BCA mask: pair_bytes for each of the T² pairs."""
     assert window_bytes(SMOLLM2_SHAPE, 4096, pair_bytes=72) - window_bytes(SMOLLM2_SHAPE, 4096) == 72 * 4096**2
+
+
+@pytest.mark.parametrize("device, index", [("cuda", 0), ("cuda:2", 2)])
+def test_a_gpus_memory_is_read_from_the_gpu_the_device_names(monkeypatch, device, index):
+    import torch
+
+    asked = []
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: asked.append(i) or SimpleNamespace(total_memory=80 * 2**30)
+    )
+    assert available_bytes(device) == 80 * 2**30 and asked == [index]
+
+
+def test_the_cpus_memory_is_this_machines():
+    assert 0 < available_bytes("cpu") <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

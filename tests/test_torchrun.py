@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnres_helpers.torchrun import check_device
+from attnres_helpers.torchrun import check_device, cuda_index
 
 
 def gpus(monkeypatch, count: int) -> None:
@@ -34,3 +34,8 @@ def test_a_device_torch_cannot_use_is_refused_in_one_line(monkeypatch, count, de
 def test_a_device_torch_sees_passes(monkeypatch, count, device):
     gpus(monkeypatch, count)
     check_device(device)
+
+
+@pytest.mark.parametrize("device, index", [("cpu", None), ("cuda", 0), ("cuda:0", 0), ("cuda:3", 3)])
+def test_the_gpu_a_device_names(device, index):
+    assert cuda_index(device) == index

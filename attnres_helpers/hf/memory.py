@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 
+from ..torchrun import cuda_index
+
 NLL_CHUNK = 1024  # positions whose logits exist at once (.pretrained.nll_in_chunks): (1024, V) float32
 RUNTIME_BYTES = 400 * 2**20  # python, torch and transformers imported, the tokenizer and the corpus (~0.36 GiB)
 FLOAT = 4  # float32 weights and activations
@@ -43,10 +45,11 @@ def window_bytes(config, T: int, pair_bytes: int = 0) -> int:
 def available_bytes(device: str = "cpu") -> int | None:
     """The memory a measurement on ``device`` may take: the CPU's available memory (Linux's MemAvailable,
     else its physical memory), or a GPU's total memory; None where it cannot be read."""
-    if str(device).startswith("cuda"):
+    index = cuda_index(device)
+    if index is not None:
         import torch
 
-        return torch.cuda.get_device_properties(int(str(device).partition(":")[2] or 0)).total_memory
+        return torch.cuda.get_device_properties(index).total_memory
     try:
         with open("/proc/meminfo") as f:
             for line in f:

@@ -44,7 +44,7 @@ from attnres_helpers.widgets import (
     trained_explorer,
     trained_state,
 )
-from attnres_helpers.widgets.render import PNG_SIGNATURE, WIDGET_LOCK, LatestWins, serialized
+from attnres_helpers.widgets.render import PNG_SIGNATURE, WIDGET_LOCK, LatestWins, serialized, state_update
 
 NUMBER = r"(-?\d+(?:\.\d+)?(?:e[-+]\d+)?|undefined)"
 PAIR = re.compile(rf"R\(L\) = {NUMBER} .*R\(2L\) = {NUMBER} .*R\(2L\)/R\(L\) = {NUMBER}")
@@ -821,3 +821,30 @@ def test_the_boundary_note_gives_the_gap_between_the_two_boundaries(name, head_m
     assert boundary_gap(zero) == pytest.approx(zero["R_2L"] - drop["R_2L"], rel=1e-6, abs=1e-15)
     hidden = format_sig(zero["R_2L"]) == format_sig(drop["R_2L"])
     assert ("below the readout's 3 significant figures" in boundary_note(zero)) == hidden
+
+
+def test_an_explorer_update_shows_a_state_it_cannot_make_and_draws_the_next_it_can():
+    """state_update: a state that raises is shown in the error line, with the readout and picture left as
+    they were; the next good state clears the error, writes its readout and is drawn; nothing happens while
+    controls are held."""
+    value, errors, drawn, holding = {"x": 1}, [], [], []
+    readout = widgets.HTML()
+
+    def state_of() -> int:
+        if value["x"] < 0:
+            raise ValueError("x must be >= 0")
+        return value["x"]
+
+    update = state_update(state_of, readout, lambda s: f"x = {s}", errors.append, LatestWins(drawn.append), holding)
+    update(at_once=True)
+    assert (readout.value, errors, drawn) == ("x = 1", [None], [1])
+    value["x"] = -1
+    update()
+    assert readout.value == "x = 1" and drawn == [1] and str(errors[-1]) == "x must be >= 0"
+    holding.append(True)
+    value["x"] = 2
+    update()
+    assert drawn == [1] and len(errors) == 2
+    holding.pop()
+    update()
+    assert (readout.value, errors[-1], drawn) == ("x = 2", None, [1, 2])

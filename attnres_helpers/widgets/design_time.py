@@ -25,7 +25,7 @@ import torch
 from .. import design_time as dt
 from ..design_store import load_store
 from ..paths import STORES
-from .render import FONT_PT, BlitFigure, figure_pane, min_max_decimate, new_figure, serialized
+from .render import FONT_PT, BlitFigure, figure_pane, min_max_decimate, new_figure, serialized, state_update
 from .text import format_sig
 
 LABEL_STYLE = {"description_width": "initial"}
@@ -299,19 +299,14 @@ def design_time_explorer(design_store: str | Path | None = None, measured_store:
     readout = widgets.HTML().add_class("attnres-dt-readout")
     error, figure, plot, show_error, drawer = figure_pane(DesignTimeFigure, "attnres-dt-plot")
     holding = []
-
-    @serialized
-    def update(_: dict | None = None, at_once: bool = False) -> None:
-        if holding:
-            return
-        try:
-            state = design_time_state(catalogue, family.value, param.value, layer.value)
-        except Exception as exc:
-            show_error(exc)
-            return
-        readout.value = design_time_readout_html(state)
-        show_error(None)
-        drawer.now(state) if at_once else drawer.request(state)
+    update = state_update(
+        lambda: design_time_state(catalogue, family.value, param.value, layer.value),
+        readout,
+        design_time_readout_html,
+        show_error,
+        drawer,
+        holding,
+    )
 
     @serialized
     def switch_family(_: dict | None = None) -> None:

@@ -287,6 +287,28 @@ def figure_pane(kind: type[BlitFigure], plot_class: str):
     return error, figure, plot, show_error, LatestWins(draw)
 
 
+def state_update(state_of, readout: widgets.HTML, readout_html, show_error, drawer: LatestWins, holding: list):
+    """An explorer's ``update(change=None, at_once=False)`` callback: the state from the controls
+    (``state_of()``), its readout (``readout_html(state)``), then its drawing: at once, or as a request of
+    which the latest wins. A state that cannot be made is shown in the error line (``show_error``);
+    nothing happens while ``holding`` is non-empty (several controls being set, one update after)."""
+
+    @serialized
+    def update(_: dict | None = None, at_once: bool = False) -> None:
+        if holding:
+            return
+        try:
+            state = state_of()
+        except Exception as exc:  # shown in the widget: a callback's traceback would be lost
+            show_error(exc)
+            return
+        readout.value = readout_html(state)
+        show_error(None)
+        drawer.now(state) if at_once else drawer.request(state)
+
+    return update
+
+
 def find_by_class(widget: widgets.Widget, css_class: str) -> widgets.Widget | None:
     """The first widget in the tree under ``widget`` that carries ``css_class`` (None if none does)."""
     if css_class in getattr(widget, "_dom_classes", ()):

@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike
 from ..metric import BOUNDARIES, HEAD_MODES, mean_over_heads
 from ..paths import STORES
 from ..store import load_profiles, perplexities
-from .render import figure_pane, serialized
+from .render import figure_pane, serialized, state_update
 from .text import format_sig
 from .trained_figure import TrainedFigure
 
@@ -383,31 +383,23 @@ def trained_explorer(store_path: str | Path | None = None) -> widgets.VBox:
     readout = widgets.HTML().add_class("attnres-trained-readout")
     error, figure, plot, show_error, drawer = figure_pane(TrainedFigure, "attnres-trained-plot")
     holding = []
-
-    @serialized
-    def update(_: dict | None = None, at_once: bool = False) -> None:
-        if holding:
-            return
-        try:
-            state = trained_state(
-                catalogue,
-                encoding.value,
-                seed.value,
-                layer.value,
-                head.value,
-                eval_multiple.value,
-                bca.value,
-                setting.value,
-            )
-        except Exception as exc:
-            show_error(exc)
-            return
-        readout.value = trained_readout_html(state)
-        show_error(None)
-        if at_once:
-            drawer.now(state)
-        else:
-            drawer.request(state)
+    update = state_update(
+        lambda: trained_state(
+            catalogue,
+            encoding.value,
+            seed.value,
+            layer.value,
+            head.value,
+            eval_multiple.value,
+            bca.value,
+            setting.value,
+        ),
+        readout,
+        trained_readout_html,
+        show_error,
+        drawer,
+        holding,
+    )
 
     def choose(dropdown: widgets.Dropdown | widgets.ToggleButtons, options: list) -> None:
         """New options for a menu or toggle buttons, keeping its value where it is still one of them."""

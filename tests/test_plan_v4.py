@@ -228,17 +228,22 @@ def test_a_v4_store_gives_every_quantity_of_the_plan(toy_store):
     assert rows[2]["exact"] == rows[2]["digits"] == 0.0 and rows[3]["digits"] == 0.0 and rows[0]["logprob"] == 0.0
 
 
-def test_the_closing_report_gives_a_row_per_configuration_and_each_jobs_seconds_from_the_log(toy_store, capsys):
-    """scripts/configurations_report.py: job times are the gaps between a process's log lines (the first
-    job after a start, which loads the model, left out; a restart counts afresh)."""
+def script(name: str):
+    """One of scripts/, imported as a module."""
     import importlib.util
 
     from helpers import ROOT
 
-    path = ROOT / "scripts" / "configurations_report.py"
-    spec = importlib.util.spec_from_file_location("configurations_report", path)
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_closing_report_gives_a_row_per_configuration_and_each_jobs_seconds_from_the_log(toy_store, capsys):
+    """scripts/configurations_report.py: job times are the gaps between a process's log lines (the first
+    job after a start, which loads the model, left out; a restart counts afresh)."""
+    report = script("configurations_report")
     log = toy_store.parent / "run.log"
     log.write_text(
         f"as-trained T={2 * L} window 0: 100 s elapsed\n"
@@ -252,3 +257,27 @@ def test_the_closing_report_gives_a_row_per_configuration_and_each_jobs_seconds_
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert [r.split(" | ")[0] for r in rows[1:]] == ["| as-trained", "| x"]
     assert rows[1].endswith("| – |") and rows[2].endswith("| 30–40 |")
+
+
+def test_the_separate_recomputation_from_the_window_files_agrees_with_the_store_and_catches_a_change(toy_store, capsys):
+    """scripts/recompute_v4.py: every per-window quantity of the plan from the window files, by code that
+    shares nothing with the store's path, equals the store's; a window file changed after the build (one
+    NLL value past L) is reported, and the script exits 1."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    recompute = script("recompute_v4")
+    work = toy_store.parent / "w"
+    assert recompute.main(["--work", str(work), "--store", str(toy_store)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("68 checks over 2 configurations, 0 mismatches"), out
+    path = work / "x" / str(2 * L) / "window-1.safetensors"
+    with safe_open(path, framework="pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(path)
+    tensors["nll"][L + 5] += 1.0
+    save_safetensors(path, tensors, metadata)
+    assert recompute.main(["--work", str(work), "--store", str(toy_store)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "68 checks over 2 configurations, 2 mismatches"
+    assert [line.split(":")[0] for line in lines[1:] if line] == ["x window 1 NLL ≥ L", "x window 1 NLL rise"]

@@ -1,0 +1,182 @@
+"""Plan v4's per-window numbers recomputed from the window files by separate code, and compared with the store.
+
+    python scripts/recompute_v4.py --work runs/configurations-v4/smollm2-135m-instruct
+        [--store data/results/configurations_v4.safetensors]
+
+A trust check (issue 40): the path from window files to the notebook's numbers goes through the store's
+builder, its int16 codes, its block sums and :func:`attnres_helpers.plan_v4.per_window`. This script
+takes the other path. It reads every window file with numpy and safetensors alone and writes the plan's
+definitions out again (``data/results/configurations_plan_v4.md``): R (Eq. 3, boundary zero, -inf
+distances carry no weight) of each layer's ŝ of the window, and without the first-token entries
+(each distance's pair (n, 0) taken out of its mean, where the mask allows it: the pair counts come from
+the mask written in the file's settings, counted here pair by pair); exact match (all five digits)
+pooled by trial kind, distance (near: d < L, far: d >= L) and where the query sits; the mean NLL of the
+text positions (the written sentences left out) before and past L; the attention entropy past L. A
+configuration the run measured at 2L only takes the model as trained's windows of L. ``attnres_helpers``
+is imported only to read what it checks: the store, through ``plan_v4.per_window``.
+
+Every (configuration, quantity, window) the store holds is one check; it prints the count and each
+mismatch, and exits 1 if there is one. Tolerances: exact for pass rates, relative 1e-4 for R (float32 in
+the files, float64 here), absolute 1e-4 nats for NLL and entropy (float32 sums over blocks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+
+KEY_DIGITS = 5  # the passkey's digits: exact match is all of them right
+TOLERANCE = {"R": ("rel", 1e-4), "pass": ("abs", 0.0), "nats": ("abs", 1e-4)}
+
+
+def resolution(s: np.ndarray) -> float:
+    """Eq. 3 with p_N = 0: Σ_i p_i (p_i − p_{i+1}), p the softmax of s over its finite entries."""
+    finite = np.isfinite(s)
+    p = np.zeros_like(s, dtype=np.float64)
+    p[finite] = np.exp(s[finite] - s[finite].max())
+    p /= p.sum()
+    return float(np.sum(p * (p - np.append(p[1:], 0.0))))
+
+
+def allowed(mask: dict, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Whether query i may attend to key j, from the mask as the settings write it."""
+    ok = j <= i
+    if mask["kind"] == "bca":
+        ok &= j >= (i // mask["size"] - 1) * mask["size"]
+    elif mask["kind"] == "window":
+        ok &= i - j < mask["size"]
+    return ok | ((j < mask["sinks"]) & (j <= i))
+
+
+def pair_counts(mask: dict, T: int) -> np.ndarray:
+    """Allowed pairs at each distance n, counted pair by pair (no closed form)."""
+    counts = np.zeros(T)
+    for n in range(T):
+        i = np.arange(n, T)
+        counts[n] = allowed(mask, i, i - n).sum()
+    return counts
+
+
+def sink_free(s_hat: np.ndarray, key0: np.ndarray, counts: np.ndarray, mask: dict) -> np.ndarray:
+    """ŝ without the pair (n, 0) at each distance n where the mask allows it: (layers, T)."""
+    n = np.arange(s_hat.shape[-1])
+    has = allowed(mask, n, np.zeros_like(n))
+    left = counts - has
+    with np.errstate(invalid="ignore"):
+        out = (counts * s_hat - np.where(has, key0, 0.0)) / np.where(left > 0, left, 1)
+    return np.where(left > 0, out, -np.inf)
+
+
+def window_values(path: Path, counts_of) -> dict[str, float]:
+    """One window file's quantities, as the plan defines them."""
+    t = load_file(str(path))
+    with open(path, "rb") as f:  # safetensors' header: 8 bytes of length, then JSON with __metadata__
+        size = int.from_bytes(f.read(8), "little")
+        meta = json.loads(f.read(size))["__metadata__"]
+    settings, trials = json.loads(meta["settings"]), json.loads(meta["trials"])  # trials: as they were placed
+    T, L, mask = settings["T"], settings["train_len"], settings["mask"]
+    tag = "L" if T == L else "2L"
+    s_hat, key0 = t["s_hat"][:, 0].astype(np.float64), t["key0"][:, 0].astype(np.float64)  # (layers, T), head means
+    counts = counts_of(mask, T)
+    out = {
+        f"R({tag})": float(np.mean([resolution(s) for s in s_hat])),
+        f"R({tag}) sink-free": float(np.mean([resolution(s) for s in sink_free(s_hat, key0, counts, mask)])),
+    }
+    exact = t["passkey_correct"] == KEY_DIGITS
+    kind = np.array([trial["kind"] for trial in trials])
+    at = np.array([trial["query_at"] for trial in trials])
+    d = at - np.array([trial["key_at"] for trial in trials])  # the distance from the key to the query
+
+    def rate(pick: np.ndarray) -> float:
+        return float(exact[pick].mean()) if pick.any() else math.nan
+
+    near, far = (kind == "trial") & (d < L), (kind == "trial") & (d >= L)
+    if T == L:
+        out |= {"near at L": rate(near), "ceiling at L": rate(kind == "ceiling"), "absent at L": rate(kind == "absent")}
+        return out
+    text = ~t["inserted"]
+    nll, before = t["nll"].astype(np.float64), np.arange(T) < L
+    out |= {
+        "near past L": rate(near & (at >= L)),
+        "near inside L": rate(near & (at < L)),
+        "far": rate(far),
+        "ceiling past L": rate((kind == "ceiling") & (at >= L)),
+        "ceiling inside L": rate((kind == "ceiling") & (at < L)),
+        "absent": rate(kind == "absent"),
+        "NLL < L": float(nll[text & before].mean()),
+        "NLL ≥ L": float(nll[text & ~before].mean()),
+        "entropy ≥ L": float(t["entropy"][:, L:].astype(np.float64).mean()),
+    }
+    out["NLL rise"] = out["NLL ≥ L"] - out["NLL < L"]
+    return out
+
+
+def unit(quantity: str) -> str:
+    if quantity.startswith("R("):
+        return "R"
+    return "nats" if "NLL" in quantity or "entropy" in quantity else "pass"
+
+
+def agree(a: float, b: float, quantity: str) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    how, tol = TOLERANCE[unit(quantity)]
+    return abs(a - b) <= (tol * max(abs(a), abs(b)) if how == "rel" else tol)
+
+
+def recompute(work: Path) -> dict[tuple[str, int], list[dict[str, float]]]:
+    """{(configuration, T): [each window's values, in window order]} from every window file under ``work``."""
+    cache = {}
+
+    def counts_of(mask: dict, T: int) -> np.ndarray:
+        key = (json.dumps(mask, sort_keys=True), T)
+        if key not in cache:
+            cache[key] = pair_counts(mask, T)
+        return cache[key]
+
+    out = {}
+    for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name.isdigit()):
+        files = sorted(folder.glob("window-*.safetensors"), key=lambda p: int(p.stem.split("-")[1]))
+        out[(folder.parent.name, int(folder.name))] = [window_values(p, counts_of) for p in files]
+    return out
+
+
+def main(argv=None) -> int:
+    from attnres_helpers import plan_v4
+    from attnres_helpers.configured_store import load
+    from attnres_helpers.paths import CONFIGURATIONS_V4_STORE
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", required=True, help="the run's folder of window files (<configuration>/<T>/window-N)")
+    ap.add_argument("--store", default=str(CONFIGURATIONS_V4_STORE))
+    args = ap.parse_args(argv)
+    mine = recompute(Path(args.work))
+    store = load(args.store)
+    L = store.train_len
+    checks, mismatches = 0, []
+    for name in store.configurations():
+        theirs = plan_v4.per_window(store, name)
+        for quantity, values in theirs.items():
+            if quantity == "reach":  # the plan's indicator by kind, not a measurement
+                continue
+            T = L if quantity.endswith("at L") or quantity.startswith("R(L)") else 2 * L
+            windows = mine.get((name, T)) or mine[("as-trained", T)]
+            for w, value in enumerate(values):
+                checks += 1
+                if not agree(windows[w][quantity], float(value), quantity):
+                    mismatches.append(
+                        f"{name} window {w} {quantity}: files {windows[w][quantity]!r}, store {float(value)!r}"
+                    )
+    print(f"{checks} checks over {len(store.configurations())} configurations, {len(mismatches)} mismatches")
+    print("\n".join(mismatches))
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

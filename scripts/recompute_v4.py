@@ -15,9 +15,12 @@ text positions (the written sentences left out) before and past L; the attention
 configuration the run measured at 2L only takes the model as trained's windows of L. ``attnres_helpers``
 is imported only to read what it checks: the store, through ``plan_v4.per_window``.
 
-Every (configuration, quantity, window) the store holds is one check; it prints the count and each
-mismatch, and exits 1 if there is one. Tolerances: exact for pass rates, relative 1e-4 for R (float32 in
-the files, float64 here), absolute 1e-4 nats for NLL and entropy (float32 sums over blocks).
+It also recomputes R of every layer of the window-mean ŝ, with and without the first-token entries, and
+compares it with R of the store's int16 codes (``attnres results``' per-layer R). Every (configuration,
+quantity, window) and every (configuration, T, layer) the store holds is one check; it prints the count
+and each mismatch, and exits 1 if there is one. Tolerances: exact for pass rates; relative 1e-4 for a
+window's R (float32 in the files, float64 here) and 1e-3 for R of the stored codes (the int16 step);
+absolute 1e-4 nats for NLL and entropy (float32 sums over blocks).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np
 from safetensors.numpy import load_file
 
 KEY_DIGITS = 5  # the passkey's digits: exact match is all of them right
-TOLERANCE = {"R": ("rel", 1e-4), "pass": ("abs", 0.0), "nats": ("abs", 1e-4)}
+TOLERANCE = {"R": ("rel", 1e-4), "R of stored ŝ": ("rel", 1e-3), "pass": ("abs", 0.0), "nats": ("abs", 1e-4)}
 
 
 def resolution(s: np.ndarray) -> float:
@@ -73,21 +76,28 @@ def sink_free(s_hat: np.ndarray, key0: np.ndarray, counts: np.ndarray, mask: dic
     return np.where(left > 0, out, -np.inf)
 
 
-def window_values(path: Path, counts_of) -> dict[str, float]:
-    """One window file's quantities, as the plan defines them."""
-    t = load_file(str(path))
+def read(path: Path) -> tuple[dict[str, np.ndarray], dict, list[dict]]:
+    """A window file's tensors, its settings and its trials as they were placed."""
     with open(path, "rb") as f:  # safetensors' header: 8 bytes of length, then JSON with __metadata__
         size = int.from_bytes(f.read(8), "little")
         meta = json.loads(f.read(size))["__metadata__"]
-    settings, trials = json.loads(meta["settings"]), json.loads(meta["trials"])  # trials: as they were placed
+    return load_file(str(path)), json.loads(meta["settings"]), json.loads(meta["trials"])
+
+
+def layer_r(s_hat: np.ndarray, key0: np.ndarray, mask: dict, counts_of) -> tuple[np.ndarray, np.ndarray]:
+    """R of each layer's ŝ (layers, T), with and without the first-token entries."""
+    free = sink_free(s_hat, key0, counts_of(mask, s_hat.shape[-1]), mask)
+    return np.array([resolution(s) for s in s_hat]), np.array([resolution(s) for s in free])
+
+
+def window_values(path: Path, counts_of) -> dict[str, float]:
+    """One window file's quantities, as the plan defines them."""
+    t, settings, trials = read(path)
     T, L, mask = settings["T"], settings["train_len"], settings["mask"]
     tag = "L" if T == L else "2L"
     s_hat, key0 = t["s_hat"][:, 0].astype(np.float64), t["key0"][:, 0].astype(np.float64)  # (layers, T), head means
-    counts = counts_of(mask, T)
-    out = {
-        f"R({tag})": float(np.mean([resolution(s) for s in s_hat])),
-        f"R({tag}) sink-free": float(np.mean([resolution(s) for s in sink_free(s_hat, key0, counts, mask)])),
-    }
+    with_sink, without = layer_r(s_hat, key0, mask, counts_of)
+    out = {f"R({tag})": float(with_sink.mean()), f"R({tag}) sink-free": float(without.mean())}
     exact = t["passkey_correct"] == KEY_DIGITS
     kind = np.array([trial["kind"] for trial in trials])
     at = np.array([trial["query_at"] for trial in trials])
@@ -118,6 +128,8 @@ def window_values(path: Path, counts_of) -> dict[str, float]:
 
 
 def unit(quantity: str) -> str:
+    if quantity in TOLERANCE:
+        return quantity
     if quantity.startswith("R("):
         return "R"
     return "nats" if "NLL" in quantity or "entropy" in quantity else "pass"
@@ -130,21 +142,31 @@ def agree(a: float, b: float, quantity: str) -> bool:
     return abs(a - b) <= (tol * max(abs(a), abs(b)) if how == "rel" else tol)
 
 
-def recompute(work: Path) -> dict[tuple[str, int], list[dict[str, float]]]:
-    """{(configuration, T): [each window's values, in window order]} from every window file under ``work``."""
-    cache = {}
+class Counts(dict):
+    """Pair counts by (mask, T), each counted once."""
 
-    def counts_of(mask: dict, T: int) -> np.ndarray:
+    def __call__(self, mask: dict, T: int) -> np.ndarray:
         key = (json.dumps(mask, sort_keys=True), T)
-        if key not in cache:
-            cache[key] = pair_counts(mask, T)
-        return cache[key]
+        if key not in self:
+            self[key] = pair_counts(mask, T)
+        return self[key]
 
-    out = {}
-    for folder in sorted(p for p in work.glob("*/*") if p.is_dir() and p.name.isdigit()):
-        files = sorted(folder.glob("window-*.safetensors"), key=lambda p: int(p.stem.split("-")[1]))
-        out[(folder.parent.name, int(folder.name))] = [window_values(p, counts_of) for p in files]
-    return out
+
+def window_files(work: Path) -> dict[tuple[str, int], list[Path]]:
+    """{(configuration, T): its window files in window order} under ``work`` (<configuration>/<T>/window-N)."""
+    folders = sorted(p for p in work.glob("*/*") if p.is_dir() and p.name.isdigit())
+    return {
+        (f.parent.name, int(f.name)): sorted(f.glob("window-*.safetensors"), key=lambda p: int(p.stem.split("-")[1]))
+        for f in folders
+    }
+
+
+def mean_profile_r(files: list[Path], counts_of) -> tuple[np.ndarray, np.ndarray]:
+    """R of each layer of the window-mean ŝ (what the store keeps as codes), with and without the sink."""
+    tensors = [read(p) for p in files]
+    s_hat = np.mean([t["s_hat"][:, 0].astype(np.float64) for t, _, _ in tensors], axis=0)
+    key0 = np.mean([t["key0"][:, 0].astype(np.float64) for t, _, _ in tensors], axis=0)
+    return layer_r(s_hat, key0, tensors[0][1]["mask"], counts_of)
 
 
 def main(argv=None) -> int:
@@ -156,10 +178,20 @@ def main(argv=None) -> int:
     ap.add_argument("--work", required=True, help="the run's folder of window files (<configuration>/<T>/window-N)")
     ap.add_argument("--store", default=str(CONFIGURATIONS_V4_STORE))
     args = ap.parse_args(argv)
-    mine = recompute(Path(args.work))
+    files, counts_of = window_files(Path(args.work)), Counts()
+    mine = {key: [window_values(p, counts_of) for p in paths] for key, paths in files.items()}
     store = load(args.store)
     L = store.train_len
     checks, mismatches = 0, []
+    for (name, T), entry in sorted(store.entries.items()):  # R of the stored window-mean ŝ, layer by layer
+        with_sink, without = mean_profile_r(files[(name, T)][: entry.windows], counts_of)
+        for tag, r, sink in (("", with_sink, True), (" sink-free", without, False)):
+            for layer, (a, b) in enumerate(zip(r, entry.layer_resolutions(sink=sink).tolist())):
+                checks += 1
+                if not agree(a, b, "R of stored ŝ"):
+                    mismatches.append(
+                        f"{name} T={T} layer {layer} R of the stored ŝ{tag}: files {float(a)!r}, store {b!r}"
+                    )
     for name in store.configurations():
         theirs = plan_v4.per_window(store, name)
         for quantity, values in theirs.items():

@@ -260,9 +260,9 @@ def test_the_closing_report_gives_a_row_per_configuration_and_each_jobs_seconds_
 
 
 def test_the_separate_recomputation_from_the_window_files_agrees_with_the_store_and_catches_a_change(toy_store, capsys):
-    """scripts/recompute_v4.py: every per-window quantity of the plan from the window files, by code that
-    shares nothing with the store's path, equals the store's; a window file changed after the build (one
-    NLL value past L) is reported, and the script exits 1."""
+    """scripts/recompute_v4.py: every per-window quantity of the plan and every layer's R of the window-mean
+    ŝ, from the window files by code that shares nothing with the store's path, equals the store's; window
+    files changed after the build (an NLL value past L, a score) are reported, and the script exits 1."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -270,14 +270,26 @@ def test_the_separate_recomputation_from_the_window_files_agrees_with_the_store_
     work = toy_store.parent / "w"
     assert recompute.main(["--work", str(work), "--store", str(toy_store)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("68 checks over 2 configurations, 0 mismatches"), out
-    path = work / "x" / str(2 * L) / "window-1.safetensors"
-    with safe_open(path, framework="pt") as f:
-        metadata = f.metadata()
-    tensors = load_file(path)
-    tensors["nll"][L + 5] += 1.0
-    save_safetensors(path, tensors, metadata)
+    assert out.startswith("84 checks over 2 configurations, 0 mismatches"), out  # 68 per window, 16 per layer
+
+    def change(w: int, name: str, index: tuple) -> None:
+        path = work / "x" / str(2 * L) / f"window-{w}.safetensors"
+        with safe_open(path, framework="pt") as f:
+            metadata = f.metadata()
+        tensors = load_file(path)
+        tensors[name][index] += 1.0
+        save_safetensors(path, tensors, metadata)
+
+    change(1, "nll", (L + 5,))
+    # layer 1's score at distance 0 moves its R, the window's and the stored ŝ's; not R without the sink,
+    # which this toy saturates near 1 (key-0 scores of −50 leave the last distances' sink-free means on top)
+    change(0, "s_hat", (1, 0, 0))
     assert recompute.main(["--work", str(work), "--store", str(toy_store)]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "68 checks over 2 configurations, 2 mismatches"
-    assert [line.split(":")[0] for line in lines[1:] if line] == ["x window 1 NLL ≥ L", "x window 1 NLL rise"]
+    assert lines[0] == "84 checks over 2 configurations, 4 mismatches", lines
+    assert [line.split(":")[0] for line in lines[1:] if line] == [
+        f"x T={2 * L} layer 1 R of the stored ŝ",
+        "x window 0 R(2L)",
+        "x window 1 NLL ≥ L",
+        "x window 1 NLL rise",
+    ]

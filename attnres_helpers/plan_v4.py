@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from scipy.stats import permutation_test
@@ -32,6 +33,7 @@ from scipy.stats import permutation_test
 from .configured_analysis import fraction_passed, window_draws
 from .configured_store import NLL_BLOCK, ConfiguredStore, nll_mean
 from .passkey import FAR_FRACTIONS, KEY_DIGITS, KINDS, NEAR_FRACTIONS
+from .paths import CONFIGURATIONS_PLAN_V4
 from .stats import (
     BootstrapResult,
     ConfidenceInterval,
@@ -231,6 +233,8 @@ def across(
 
 def _within(x: np.ndarray, y: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
     """The kinds' ρ's averaged with weights n_k over the kinds where both sides vary: (..., C) -> (...)."""
+    if not groups:  # no kind of at least 3: nothing to average
+        return np.full(np.broadcast_shapes(x.shape, y.shape)[:-1], np.nan)
     rhos = np.stack([_rho_rows(x[..., g], y[..., g]) for g in groups], -1)  # (..., kinds)
     weights = np.array([len(g) for g in groups], dtype=float)
     defined = ~np.isnan(rhos)
@@ -388,3 +392,68 @@ def verdicts(data: Collected, n_resamples: int = 10_000, rng: int = 0) -> list[d
             row["head to head"] = [head_to_head(data, outcome, r, n_resamples=n_resamples, rng=rng) for r in RIVALS]
         rows.append(row)
     return rows
+
+
+PREDICTED = (
+    "broken",
+    "far",
+    "near past L",
+    "NLL rise",
+    PRIMARY,
+    "tests",
+)  # what each bullet of the plan's prediction names
+
+
+def plan_prediction(plan: Path = CONFIGURATIONS_PLAN_V4) -> list[str]:
+    """The bullets of the plan's "Prediction, written before the data", word for word (one line each, code
+    marks dropped), one per entry of :data:`PREDICTED`."""
+    section = plan.read_text().split("## Prediction, written before the data", 1)[-1].split("\n## ", 1)[0]
+    bullets = [" ".join(b.split()).replace("`", "") for b in section.split("\n- ")[1:]]
+    if len(bullets) != len(PREDICTED):
+        raise ValueError(f"{plan}: {len(bullets)} bullets under its prediction, expected {len(PREDICTED)}")
+    return bullets
+
+
+def _by_kind(data: Collected, key: str) -> str:
+    """Each kind's configurations with their window means of ``key``, highest first."""
+    means = dict(zip(data.names, data.means(key)))
+    parts = []
+    for kind in dict.fromkeys(data.kinds):
+        names = sorted((n for n, k in zip(data.names, data.kinds) if k == kind), key=lambda n: -means[n])
+        parts.append(f"{kind}: " + ", ".join(f"{n} {means[n]:.3g}" for n in names))
+    return "; ".join(parts)
+
+
+def _ranked(data: Collected, key: str, highest_first: bool) -> str:
+    means = data.means(key)
+    order = np.argsort(-means if highest_first else means, kind="stable")
+    return ", ".join(f"{data.names[i]} {means[i]:.3g}" for i in order)
+
+
+def prediction_rows(data: Collected, verdict_rows: list[dict]) -> list[dict[str, str]]:
+    """Plan v4's prediction, item by item (:func:`plan_prediction`, the plan's words), beside what the data show:
+    the quantity it names by kind or ranked, and for the tests the verdicts (:func:`verdicts`' rows), |ρ| of
+    R(2L) and of the NLL past L across configurations, and the head-to-head intervals. Nothing here
+    judges whether a prediction held: its words were not written to be scored, and scoring them now
+    would be a rule written after the data."""
+    by_outcome = {row["outcome"]: row for row in verdict_rows}
+    retrieval = [o for o in ("near past L", "far") if o in by_outcome]
+    tests = "; ".join(f"{o}: {row['verdict']}" for o, row in by_outcome.items())
+    for o in retrieval:
+        row = by_outcome[o]
+        r, nll = row["across"][PRIMARY].statistic, row["across"]["NLL ≥ L"].statistic
+        h = next(h for h in row["head to head"] if h.rival == "NLL ≥ L").difference
+        low, high = h.confidence_interval
+        tests += f"; {o} across: |ρ| R(2L) {abs(r):.2f}, NLL ≥ L {abs(nll):.2f}, difference [{low:+.2f}, {high:+.2f}]"
+    observed = {
+        "broken": "broken (ceiling past L below 0.9): " + (", ".join(broken(data)) or "none"),
+        "far": _by_kind(data, "far"),
+        "near past L": _by_kind(data, "near past L"),
+        "NLL rise": "highest first: " + _ranked(data, "NLL rise", highest_first=True),
+        PRIMARY: "lowest first: " + _ranked(data, PRIMARY, highest_first=False),
+        "tests": "verdicts within kinds: " + tests,
+    }
+    return [
+        {"prediction (plan v4)": words, "what the data show": observed[key]}
+        for key, words in zip(PREDICTED, plan_prediction(), strict=True)
+    ]

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import ROOT
 
 from attnres_helpers import configured_store as cs
 from attnres_helpers import plan_v4
@@ -89,6 +90,15 @@ def test_a_predictor_that_only_separates_kinds_orders_across_them_but_not_within
     within = plan_v4.within_kinds(data, "R(2L)", "NLL rise", n_resamples=100)
     assert across.statistic > 0.8 and across.pvalue < 0.01
     assert abs(within.statistic) < 0.35 and within.pvalue > 0.3
+
+
+def test_without_a_kind_of_three_the_within_kind_test_is_undefined_and_the_verdict_inconclusive():
+    """Three configurations of three kinds: no kind can be permuted within, so the statistic is NaN (not an
+    error deep in numpy) and the plan's verdict inconclusive."""
+    data = collected({"a": [1.0], "b": [2.0], "c": [3.0]}, {"a": [3.0], "b": [2.0], "c": [1.0]}, noise=0.01)
+    within = plan_v4.within_kinds(data, "R(2L)", "NLL rise", n_resamples=50)
+    assert math.isnan(within.statistic) and within.strata == ()
+    assert plan_v4.verdict(within) == "inconclusive"
 
 
 def test_the_across_test_is_exact_for_few_configurations():
@@ -232,8 +242,6 @@ def script(name: str):
     """One of scripts/, imported as a module."""
     import importlib.util
 
-    from helpers import ROOT
-
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -293,3 +301,33 @@ def test_the_separate_recomputation_from_the_window_files_agrees_with_the_store_
         "x window 1 NLL ≥ L",
         "x window 1 NLL rise",
     ]
+
+
+def test_the_prediction_is_shown_item_by_item_beside_what_the_data_show(toy_store):
+    """Every item of the plan's prediction in the plan's words, in order, beside the quantity it names: by kind
+    (highest first) for retrieval, ranked for the NLL rise and R(2L), and the verdicts with the head-to-head."""
+    data = plan_v4.collect(cs.load(toy_store))
+    rows = plan_v4.prediction_rows(data, plan_v4.verdicts(data, n_resamples=50))
+    bullets = plan_v4.plan_prediction()
+    assert [r["prediction (plan v4)"] for r in rows] == bullets and len(bullets) == 6
+    assert bullets[0] == (
+        "Broken: pi-2 (its ceiling fails past L, as in plan v3), and likely window (no sink: the NLL explodes "
+        "past L as in StreamingLLM's report)."
+    )
+    shown = {key: r["what the data show"] for key, r in zip(plan_v4.PREDICTED, rows)}
+    assert shown["broken"] == "broken (ceiling past L below 0.9): none"
+    assert shown["far"] == "as-trained: as-trained 0; remapped: x 1"
+    assert shown["NLL rise"] == "highest first: as-trained 0.02, x 0.005"
+    r = data.means("R(2L)")
+    assert shown["R(2L)"] == "lowest first: " + (
+        f"as-trained {r[0]:.3g}, x {r[1]:.3g}" if r[0] <= r[1] else f"x {r[1]:.3g}, as-trained {r[0]:.3g}"
+    )
+    assert shown["tests"].startswith("verdicts within kinds: NLL rise: inconclusive; near past L: inconclusive; far:")
+    assert "far across: |ρ| R(2L) 1.00, NLL ≥ L 1.00, difference [" in shown["tests"]
+
+
+def test_a_plan_whose_prediction_has_other_items_is_refused(tmp_path):
+    plan = tmp_path / "plan.md"
+    plan.write_text("## Prediction, written before the data\n- one\n- two\n\n## After\n- not counted\n")
+    with pytest.raises(ValueError, match=r"plan\.md: 2 bullets under its prediction, expected 6$"):
+        plan_v4.plan_prediction(plan)

@@ -8,7 +8,8 @@ A :class:`Mask` says which (query i, key j) pairs may attend, j <= i always:
 - ``window``: a causal window of ``size`` keys, i − j < size;
 
 and with ``sinks = s > 0`` the keys 0 … s − 1 stay visible to every query as well (StreamingLLM's
-attention sinks, Xiao et al. 2023, with a window; "BCA that keeps the first tokens" with BCA).
+attention sinks, Xiao et al. 2023, with a window: its mask, at the text's positions, without the move of
+cached keys to cache positions that its code also makes; "BCA that keeps the first tokens" with BCA).
 
 ŝ under such a mask (Eq. 11) is the mean over the allowed pairs at each distance, so it needs the pair
 counts (:meth:`Mask.pair_counts`) and, for the sink pairs, the scores of every query on the first keys:

@@ -180,6 +180,9 @@ CONFIGURATIONS = {
             "windowed",
             mask=("window", 1.0, 4),
             same_as_trained_up_to_L=True,
+            notes="StreamingLLM's mask at the text's positions: its official code also moves every cached key to "
+            "its position in the cache (pos_shift), which puts the sinks just beyond the window; lm-infinite's cap "
+            "is the closer match",
         ),
         Configuration(
             "lm-infinite",

@@ -14,7 +14,8 @@ which share them) for their intervals and permute **configurations** for their p
   permutations within kinds (:func:`attnres_helpers.stats.stratified_permutation_test`: exact up to
   :data:`PERMUTATIONS` orderings, that many sampled beyond), its window-bootstrap interval;
 - :func:`head_to_head`: R(2L) against a rival predictor (the NLL past L, the entropy past L) on the same
-  resamples: the difference of their |ρ| and R's partial ρ given the rival.
+  resamples: the difference of their |ρ| and R's partial ρ given the rival;
+- :func:`prediction_rows`: the plan's prediction, word for word, beside what the data show (nothing scored).
 
 Results are :mod:`attnres_helpers.stats`' types, with scipy's field names (``statistic``, ``pvalue``,
 ``confidence_interval``): a test is a :class:`~attnres_helpers.stats.CorrelationResult`, a number with its
@@ -394,14 +395,8 @@ def verdicts(data: Collected, n_resamples: int = 10_000, rng: int = 0) -> list[d
     return rows
 
 
-PREDICTED = (
-    "broken",
-    "far",
-    "near past L",
-    "NLL rise",
-    PRIMARY,
-    "tests",
-)  # what each bullet of the plan's prediction names
+# what each bullet of the plan's prediction names, in the plan's order
+PREDICTED = ("broken", "far", "near past L", "NLL rise", PRIMARY, "tests")
 
 
 def plan_prediction(plan: Path = CONFIGURATIONS_PLAN_V4) -> list[str]:

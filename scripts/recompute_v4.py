@@ -178,9 +178,18 @@ def main(argv=None) -> int:
     ap.add_argument("--work", required=True, help="the run's folder of window files (<configuration>/<T>/window-N)")
     ap.add_argument("--store", default=str(CONFIGURATIONS_V4_STORE))
     args = ap.parse_args(argv)
+    try:
+        store = load(args.store)
+    except (OSError, ValueError) as exc:
+        sys.exit(f"recompute_v4: {exc}")
     files, counts_of = window_files(Path(args.work)), Counts()
+    for (name, T), entry in sorted(store.entries.items()):  # every input checked before the work
+        if len(files.get((name, T), [])) < entry.windows:
+            sys.exit(
+                f"recompute_v4: {args.work} holds {len(files.get((name, T), []))} window files of {name} at "
+                f"T = {T}, the store {entry.windows}: give the run's folder the store was built from"
+            )
     mine = {key: [window_values(p, counts_of) for p in paths] for key, paths in files.items()}
-    store = load(args.store)
     L = store.train_len
     checks, mismatches = 0, []
     for (name, T), entry in sorted(store.entries.items()):  # R of the stored window-mean ŝ, layer by layer

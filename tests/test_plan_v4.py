@@ -331,3 +331,15 @@ def test_a_plan_whose_prediction_has_other_items_is_refused(tmp_path):
     plan.write_text("## Prediction, written before the data\n- one\n- two\n\n## After\n- not counted\n")
     with pytest.raises(ValueError, match=r"plan\.md: 2 bullets under its prediction, expected 6$"):
         plan_v4.plan_prediction(plan)
+
+
+def test_the_recomputation_refuses_a_folder_or_store_it_cannot_use_in_one_line(toy_store, tmp_path):
+    recompute = script("recompute_v4")
+    for argv, message in (
+        (["--work", str(tmp_path / "none"), "--store", str(toy_store)], "holds 0 window files of as-trained at T = "),
+        (["--work", str(toy_store.parent / "w"), "--store", str(tmp_path / "none.safetensors")], "none.safetensors"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            recompute.main(argv)
+        assert str(stop.value).startswith("recompute_v4: ") and message in str(stop.value), stop.value
+        assert "\n" not in str(stop.value)

@@ -25,8 +25,9 @@ and, from plan v4's window files on (plan v3's store has none of them):
 
 :func:`load` gives it back as a :class:`ConfiguredStore`; its queries are in :mod:`attnres_helpers.configured_analysis`.
 
-    python -m attnres_helpers configurations --build-only     # the store from the finished windows
-    python -m attnres_helpers results --json --store data/results/configurations.safetensors
+    python -m attnres_helpers reproduce configurations    # plan v4's run, then its store (hours, resumable)
+    python -m attnres_helpers measure MODEL --configuration NAME,... --build-only   # a store from finished windows
+    python -m attnres_helpers results data/results/configurations_v4.safetensors --json
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from safetensors import safe_open
 
 from .files import differing_settings, exclusive, save_safetensors
 from .passkey import KEY_DIGITS, KINDS
+from .paths import CONFIGURATIONS_COMMAND
 from .store import Profile, dequantize, open_store, quantize, store_kind
 
 HEADER_KEY = "attnres-configurations"
@@ -193,7 +195,7 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
     folder, store = Path(folder), Path(store)
     files = sorted(folder.glob("*/*/window-*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"no window files under {folder}: run `python -m attnres_helpers configurations` first")
+        raise FileNotFoundError(f"no window files under {folder}: run `{CONFIGURATIONS_COMMAND}` first")
     groups: dict[tuple[str, int], dict[int, Path]] = {}
     for path in files:
         T, w = path.parent.name, path.stem.removeprefix("window-")
@@ -267,7 +269,7 @@ def build(folder: Path, store: Path, configurations: dict[str, dict]) -> Path:
         "entries": entries,
         "configurations": configurations,
         "nll_block": NLL_BLOCK,
-        "command": "python -m attnres_helpers configurations",
+        "command": CONFIGURATIONS_COMMAND,
     }
     with exclusive(store):  # every store is written under its lock
         save_safetensors(store, tensors, {HEADER_KEY: json.dumps(about, allow_nan=False)})
@@ -403,7 +405,7 @@ def load(path: str | Path) -> ConfiguredStore:
         _, about, tensors = open_store(path, (HEADER_KEY,), "configurations store")
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"configurations store {path} is missing; build it with `python -m attnres_helpers configurations`"
+            f"configurations store {path} is missing; build it with `{CONFIGURATIONS_COMMAND}`"
         ) from None
     try:
         return ConfiguredStore(about, _checked_entries(about, tensors))

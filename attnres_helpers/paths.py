@@ -47,7 +47,7 @@ REPRODUCE_COMMAND = "python -m attnres_helpers reproduce"
 HF_COMMAND = "python -m attnres_helpers hf-train"
 FAMILY_COMMAND = "python -m attnres_helpers family"
 FAMILY_V2_COMMAND = "python -m attnres_helpers family-v2"
-CONFIGURATIONS_COMMAND = "python -m attnres_helpers configurations"
+CONFIGURATIONS_COMMAND = "python -m attnres_helpers reproduce configurations"  # plan v4's run and store
 CONFIGURATIONS_RUNS = RUNS / "configurations-v4"  # <model>/<configuration>/<T>/window-<w>, git-ignored
 # Every shipped store, by name: the one place that says where each is. Specs, commands, scripts, tests and
 # notebooks read it; the command that makes each is in brackets.

@@ -16,7 +16,7 @@ its name. :func:`attnres_helpers.configured_store.build` turns the files into th
 configurations marked ``same_as_trained_up_to_L`` are the model as trained (checked by the tests) and
 are measured once, as ``as-trained``.
 
-    python -m attnres_helpers configurations [--model NAME|FOLDER] [--only NAME,...] [--windows 8]
+    python -m attnres_helpers measure NAME|FOLDER --configuration NAME,... [--windows 8] [--store PATH]
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from attnres_helpers import configured_store as cs
 from attnres_helpers.files import save_safetensors
 from attnres_helpers.metric import layer_resolution
 from attnres_helpers.passkey import KEY_DIGITS
-from attnres_helpers.paths import STORES
+from attnres_helpers.paths import CONFIGURATIONS_COMMAND, STORES
 from attnres_helpers.stats import ConfidenceInterval, CorrelationResult, spearman
 from attnres_helpers.store import Profile, save_profiles
 
@@ -550,3 +550,15 @@ def test_a_stored_entry_of_other_settings_is_not_kept_as_measured(store, tmp_pat
         "to build it from the window files alone"
     )
     assert (tmp_path / "s.safetensors").read_bytes() == before
+
+
+def test_a_missing_store_or_run_names_the_command_that_makes_it(v4_store, tmp_path):
+    """The store's header, a missing store and an empty run folder all name today's command (the old
+    ``configurations`` verb is an alias for one round only)."""
+    assert CONFIGURATIONS_COMMAND == "python -m attnres_helpers reproduce configurations"
+    with safe_open(v4_store, framework="pt") as f:
+        assert json.loads(f.metadata()[cs.HEADER_KEY])["command"] == CONFIGURATIONS_COMMAND
+    with pytest.raises(FileNotFoundError, match=rf"is missing; build it with `{CONFIGURATIONS_COMMAND}`$"):
+        cs.load(tmp_path / "none.safetensors")
+    with pytest.raises(FileNotFoundError, match=rf"no window files under .*: run `{CONFIGURATIONS_COMMAND}` first$"):
+        cs.build(tmp_path / "empty", tmp_path / "s.safetensors", KNOWN)

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file
+from safetensors import safe_open
 
 KEY_DIGITS = 5  # the passkey's digits: exact match is all of them right
 TOLERANCE = {"R": ("rel", 1e-4), "R of stored ŝ": ("rel", 1e-3), "pass": ("abs", 0.0), "nats": ("abs", 1e-4)}
@@ -77,11 +77,15 @@ def sink_free(s_hat: np.ndarray, key0: np.ndarray, counts: np.ndarray, mask: dic
 
 
 def read(path: Path) -> tuple[dict[str, np.ndarray], dict, list[dict]]:
-    """A window file's tensors, its settings and its trials as they were placed."""
-    with open(path, "rb") as f:  # safetensors' header: 8 bytes of length, then JSON with __metadata__
-        size = int.from_bytes(f.read(8), "little")
-        meta = json.loads(f.read(size))["__metadata__"]
-    return load_file(str(path)), json.loads(meta["settings"]), json.loads(meta["trials"])
+    """A window file's tensors, its settings and its trials as they were placed (one open)."""
+    with safe_open(path, framework="numpy") as f:
+        tensors, meta = {name: f.get_tensor(name) for name in f.keys()}, f.metadata()
+    return tensors, json.loads(meta["settings"]), json.loads(meta["trials"])
+
+
+def head_means(t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A window's ŝ and key-0 scores, (layers, T) float64 each (the files keep their head means)."""
+    return t["s_hat"][:, 0].astype(np.float64), t["key0"][:, 0].astype(np.float64)
 
 
 def layer_r(s_hat: np.ndarray, key0: np.ndarray, mask: dict, counts_of) -> tuple[np.ndarray, np.ndarray]:
@@ -90,13 +94,12 @@ def layer_r(s_hat: np.ndarray, key0: np.ndarray, mask: dict, counts_of) -> tuple
     return np.array([resolution(s) for s in s_hat]), np.array([resolution(s) for s in free])
 
 
-def window_values(path: Path, counts_of) -> dict[str, float]:
-    """One window file's quantities, as the plan defines them."""
-    t, settings, trials = read(path)
+def window_values(window: tuple, counts_of) -> dict[str, float]:
+    """One window's quantities (:func:`read`'s tensors, settings and trials), as the plan defines them."""
+    t, settings, trials = window
     T, L, mask = settings["T"], settings["train_len"], settings["mask"]
     tag = "L" if T == L else "2L"
-    s_hat, key0 = t["s_hat"][:, 0].astype(np.float64), t["key0"][:, 0].astype(np.float64)  # (layers, T), head means
-    with_sink, without = layer_r(s_hat, key0, mask, counts_of)
+    with_sink, without = layer_r(*head_means(t), mask, counts_of)
     out = {f"R({tag})": float(with_sink.mean()), f"R({tag}) sink-free": float(without.mean())}
     exact = t["passkey_correct"] == KEY_DIGITS
     kind = np.array([trial["kind"] for trial in trials])
@@ -161,14 +164,6 @@ def window_files(work: Path) -> dict[tuple[str, int], list[Path]]:
     }
 
 
-def mean_profile_r(files: list[Path], counts_of) -> tuple[np.ndarray, np.ndarray]:
-    """R of each layer of the window-mean ŝ (what the store keeps as codes), with and without the sink."""
-    tensors = [read(p) for p in files]
-    s_hat = np.mean([t["s_hat"][:, 0].astype(np.float64) for t, _, _ in tensors], axis=0)
-    key0 = np.mean([t["key0"][:, 0].astype(np.float64) for t, _, _ in tensors], axis=0)
-    return layer_r(s_hat, key0, tensors[0][1]["mask"], counts_of)
-
-
 def main(argv=None) -> int:
     from attnres_helpers import plan_v4
     from attnres_helpers.configured_store import load
@@ -189,11 +184,21 @@ def main(argv=None) -> int:
                 f"recompute_v4: {args.work} holds {len(files.get((name, T), []))} window files of {name} at "
                 f"T = {T}, the store {entry.windows}: give the run's folder the store was built from"
             )
-    mine = {key: [window_values(p, counts_of) for p in paths] for key, paths in files.items()}
+    mine, mean_r = {}, {}  # each file read once: its values, and its ŝ into the mean of the windows stored
+    for key, paths in files.items():
+        kept = store.entries[key].windows if key in store.entries else 0
+        mine[key], sums = [], 0.0
+        for w, path in enumerate(paths):
+            window = read(path)
+            mine[key].append(window_values(window, counts_of))
+            if w < kept:
+                sums = sums + np.stack(head_means(window[0]))  # (2, layers, T)
+        if kept:
+            mean_r[key] = layer_r(*(sums / kept), window[1]["mask"], counts_of)
     L = store.train_len
     checks, mismatches = 0, []
     for (name, T), entry in sorted(store.entries.items()):  # R of the stored window-mean ŝ, layer by layer
-        with_sink, without = mean_profile_r(files[(name, T)][: entry.windows], counts_of)
+        with_sink, without = mean_r[(name, T)]
         for tag, r, sink in (("", with_sink, True), (" sink-free", without, False)):
             for layer, (a, b) in enumerate(zip(r, entry.layer_resolutions(sink=sink).tolist())):
                 checks += 1

@@ -244,7 +244,7 @@ class DesignTimeFigure(BlitFigure):
     def groups(self) -> tuple:
         return (((self.ax_s.yaxis, self.ax_r.xaxis), self.fig.bbox),)
 
-    def _set_frame(self, L: int, family: Family) -> None:
+    def _frame_artists(self, L: int, family: Family) -> None:
         """Ticks for L and the family's parameter axis (drawn into the background by :meth:`set_frame`)."""
         self.ax_s.set_xlim(0, 2 * L)
         self.ax_s.set_xticks([0, L, 2 * L], ["0", f"{L} (L)", f"{2 * L} (2L)"])
@@ -254,7 +254,7 @@ class DesignTimeFigure(BlitFigure):
 
     def render(self, state: dict) -> bytes:
         family = FAMILIES[state["family"]]
-        self.set_frame((state["L"], family.name), lambda: self._set_frame(state["L"], family))
+        self.set_frame((state["L"], family.name), lambda: self._frame_artists(state["L"], family))
         n = np.arange(2 * state["L"])
         curves = [state["s_hat"]] + ([state["s_measured"]] if state["s_measured"] is not None else [])
         finite = np.concatenate([c[np.isfinite(c)] for c in curves])

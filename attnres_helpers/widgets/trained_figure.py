@@ -82,7 +82,7 @@ class TrainedFigure(BlitFigure):
     def groups(self) -> tuple:
         return (((*(ax.yaxis for ax in self.axes), self.ax_s.title), self.fig.bbox),)
 
-    def _set_frame(self, L: int, max_len: int, layers: int) -> None:
+    def _frame_artists(self, L: int, max_len: int, layers: int) -> None:
         """Ticks, L marks and one line per layer for a store's L, longest eval length and layer count
         (drawn into the background by :meth:`set_frame`)."""
         for line in self.lines_s + self.lines_w + self.marks:
@@ -124,7 +124,7 @@ class TrainedFigure(BlitFigure):
     def render(self, state: dict) -> bytes:
         limits, T = state["limits"], state["eval_len"]
         frame = (state["train_len"], limits["max_len"], state["n_layers"])
-        self.set_frame(frame, lambda: self._set_frame(*frame))
+        self.set_frame(frame, lambda: self._frame_artists(*frame))
         n = np.arange(T)
         for i, (line_s, line_w) in enumerate(zip(self.lines_s, self.lines_w)):
             visible = i < len(state["layers"])

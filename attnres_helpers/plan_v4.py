@@ -386,6 +386,7 @@ def verdicts(data: Collected, n_resamples: int = 10_000, rng: int = 0) -> list[d
         if dropped:
             rest = data.without(dropped)
             within_rest = within_kinds(rest, PRIMARY, outcome, n_resamples, rng=rng)
+            row["within without broken"] = within_rest
             row["verdict without broken"] = verdict(within_rest, valid, tied_in_every_kind(rest, outcome))
         keys = [k for k in (*PREDICTORS, *BASELINES) if k in data.values or k == "drop"]
         row["across"] = {k: across(data, k, outcome, n_resamples, rng=rng) for k in keys if k != outcome}

@@ -343,3 +343,26 @@ def test_the_recomputation_refuses_a_folder_or_store_it_cannot_use_in_one_line(t
             recompute.main(argv)
         assert str(stop.value).startswith("recompute_v4: ") and message in str(stop.value), stop.value
         assert "\n" not in str(stop.value)
+
+
+def test_each_verdict_is_repeated_without_the_broken_configurations():
+    """One configuration of kind "a" fails its ceiling past L: the row keeps it in the primary test and
+    repeats the test on the rest (the plan: broken configurations stay in, each verdict is given without them)."""
+    x = {"as-trained": [0.0], "a": [1.0, 2.0, 3.0, 4.0], "b": [1.0, 2.0, 3.0]}
+    y = {"as-trained": [0.0], "a": [4.0, 3.0, 2.0, 5.0], "b": [3.0, 2.0, 1.0]}  # a-3 breaks kind a's order
+    data = collected(x, y, noise=0.01)
+    data = plan_v4.Collected(("as-trained", *data.names[1:]), data.kinds, data.values)
+    n = len(data.names)
+    for key in ("near past L", "entropy ≥ L", "reach", "R(2L) sink-free"):
+        data.values[key] = data.values["far"].copy()
+    for key, level in (("near at L", 1.0), ("ceiling at L", 1.0), ("absent at L", 0.0)):
+        data.values[key] = np.full((n, 4), level)
+    data.values["ceiling past L"][data.names.index("a-3")] = 0.5
+    rows = plan_v4.verdicts(data, n_resamples=50)
+    assert [r["broken"] for r in rows] == [["a-3"]] * 3
+    rest = plan_v4.within_kinds(data.without({"a-3"}), "R(2L)", "NLL rise", n_resamples=50)
+    assert rows[0]["within without broken"].statistic == pytest.approx(rest.statistic)
+    assert rows[0]["within without broken"].strata == ("a", "b")
+    assert (rows[0]["verdict"], rows[0]["verdict without broken"]) == ("inconclusive", "supports")
+    # with a-3: kind a ρ = 0.2, kind b −1, weighted by size (4·0.2 − 3)/7; without it −1 in both
+    assert rows[0]["within"].statistic == pytest.approx((4 * 0.2 - 3) / 7) and rest.statistic == pytest.approx(-1.0)

@@ -348,8 +348,8 @@ def test_the_recomputation_refuses_a_folder_or_store_it_cannot_use_in_one_line(t
 def test_each_verdict_is_repeated_without_the_broken_configurations():
     """One configuration of kind "a" fails its ceiling past L: the row keeps it in the primary test and
     repeats the test on the rest (the plan: broken configurations stay in, each verdict is given without them)."""
-    x = {"as-trained": [0.0], "a": [1.0, 2.0, 3.0, 4.0], "b": [1.0, 2.0, 3.0]}
-    y = {"as-trained": [0.0], "a": [4.0, 3.0, 2.0, 5.0], "b": [3.0, 2.0, 1.0]}  # a-3 breaks kind a's order
+    x = {"as-trained": [0.0], "a": [1.0, 2.0, 3.0, 4.0, 5.0], "b": [1.0, 2.0, 3.0]}
+    y = {"as-trained": [0.0], "a": [5.0, 4.0, 3.0, 2.0, 6.0], "b": [3.0, 2.0, 1.0]}  # a-4 breaks kind a's order
     data = collected(x, y, noise=0.01)
     data = plan_v4.Collected(("as-trained", *data.names[1:]), data.kinds, data.values)
     n = len(data.names)
@@ -357,12 +357,13 @@ def test_each_verdict_is_repeated_without_the_broken_configurations():
         data.values[key] = data.values["far"].copy()
     for key, level in (("near at L", 1.0), ("ceiling at L", 1.0), ("absent at L", 0.0)):
         data.values[key] = np.full((n, 4), level)
-    data.values["ceiling past L"][data.names.index("a-3")] = 0.5
+    data.values["ceiling past L"][data.names.index("a-4")] = 0.5
     rows = plan_v4.verdicts(data, n_resamples=50)
-    assert [r["broken"] for r in rows] == [["a-3"]] * 3
-    rest = plan_v4.within_kinds(data.without({"a-3"}), "R(2L)", "NLL rise", n_resamples=50)
+    assert [r["broken"] for r in rows] == [["a-4"]] * 3
+    rest = plan_v4.within_kinds(data.without({"a-4"}), "R(2L)", "NLL rise", n_resamples=50)
     assert rows[0]["within without broken"].statistic == pytest.approx(rest.statistic)
     assert rows[0]["within without broken"].strata == ("a", "b")
     assert (rows[0]["verdict"], rows[0]["verdict without broken"]) == ("inconclusive", "supports")
-    # with a-3: kind a ρ = 0.2, kind b −1, weighted by size (4·0.2 − 3)/7; without it −1 in both
-    assert rows[0]["within"].statistic == pytest.approx((4 * 0.2 - 3) / 7) and rest.statistic == pytest.approx(-1.0)
+    # with a-4: kind a ρ = 0, kind b −1, weighted by size −3/8; without it −1 in both, p = 2/(4!·3!)
+    assert rows[0]["within"].statistic == pytest.approx(-3 / 8) and rest.statistic == pytest.approx(-1.0)
+    assert rest.pvalue == pytest.approx(2 / 144)

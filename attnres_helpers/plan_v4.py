@@ -244,6 +244,19 @@ def _within(x: np.ndarray, y: np.ndarray, groups: list[np.ndarray]) -> np.ndarra
         return np.where(total > 0, np.where(defined, rhos, 0.0) @ weights / np.where(total > 0, total, 1), np.nan)
 
 
+def _kind_groups(data: Collected) -> list[tuple[str, np.ndarray]]:
+    """(kind, indices of its configurations) for each kind of at least 3 configurations, in name order."""
+    kinds = sorted({k for k in data.kinds if data.kinds.count(k) >= 3})
+    return [(k, np.flatnonzero(np.array(data.kinds) == k)) for k in kinds]
+
+
+def each_kind(data: Collected, predictor: str, outcome: str) -> dict[str, float]:
+    """Spearman's ρ of predictor and outcome inside each kind of at least 3 configurations: the terms that
+    :func:`within_kinds` averages (NaN where a side is constant in the kind)."""
+    x, y = data.means(predictor), data.means(outcome)
+    return {k: float(_rho_rows(x[g], y[g])) for k, g in _kind_groups(data)}
+
+
 def within_kinds(
     data: Collected,
     predictor: str,
@@ -260,8 +273,8 @@ def within_kinds(
     :func:`attnres_helpers.stats.stratified_permutation_test` of the mean's absolute value); the
     window-bootstrap interval (a kind constant in a resample drops out of that resample's mean)."""
     x, y = data.means(predictor), data.means(outcome)
-    kinds = sorted({k for k in data.kinds if data.kinds.count(k) >= 3})
-    groups = [np.flatnonzero(np.array(data.kinds) == k) for k in kinds]
+    pairs = _kind_groups(data)
+    kinds, groups = [k for k, _ in pairs], [g for _, g in pairs]
     observed = float(_within(x, y, groups))
     entered = tuple(k for k, g in zip(kinds, groups) if not math.isnan(float(_rho_rows(x[g], y[g]))))
     if math.isnan(observed):

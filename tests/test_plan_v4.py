@@ -367,3 +367,6 @@ def test_each_verdict_is_repeated_without_the_broken_configurations():
     # with a-4: kind a ρ = 0, kind b −1, weighted by size −3/8; without it −1 in both, p = 2/(4!·3!)
     assert rows[0]["within"].statistic == pytest.approx(-3 / 8) and rest.statistic == pytest.approx(-1.0)
     assert rest.pvalue == pytest.approx(2 / 144)
+    # each kind's own ρ: the terms the within-kind statistic weights by kind size
+    assert plan_v4.each_kind(data, "R(2L)", "NLL rise") == pytest.approx({"a": 0.0, "b": -1.0})
+    assert plan_v4.each_kind(data.without({"a-4"}), "R(2L)", "NLL rise") == pytest.approx({"a": -1.0, "b": -1.0})

@@ -273,10 +273,9 @@ def within_kinds(
     :func:`attnres_helpers.stats.stratified_permutation_test` of the mean's absolute value); the
     window-bootstrap interval (a kind constant in a resample drops out of that resample's mean)."""
     x, y = data.means(predictor), data.means(outcome)
-    pairs = _kind_groups(data)
-    kinds, groups = [k for k, _ in pairs], [g for _, g in pairs]
+    groups = [g for _, g in _kind_groups(data)]
     observed = float(_within(x, y, groups))
-    entered = tuple(k for k, g in zip(kinds, groups) if not math.isnan(float(_rho_rows(x[g], y[g]))))
+    entered = tuple(k for k, rho in each_kind(data, predictor, outcome).items() if not math.isnan(rho))
     if math.isnan(observed):
         return CorrelationResult(math.nan, NAN_INTERVAL, len(x), math.nan, predictor, outcome, strata=entered)
     strata = -1 - np.arange(len(y))  # a kind of fewer than 3 is not permuted: each of its points alone
@@ -379,11 +378,7 @@ def verdict(test: CorrelationResult, valid: bool = True, tied_in_every_kind: boo
 
 def tied_in_every_kind(data: Collected, outcome: str) -> bool:
     y = data.means(outcome)
-    return all(
-        np.ptp(y[[i for i, k in enumerate(data.kinds) if k == kind]]) < 1e-12
-        for kind in set(data.kinds)
-        if data.kinds.count(kind) >= 3
-    )
+    return all(np.ptp(y[g]) < 1e-12 for _, g in _kind_groups(data))
 
 
 def verdicts(data: Collected, n_resamples: int = 10_000, rng: int = 0) -> list[dict]:
